@@ -1,0 +1,288 @@
+"""Frozen configuration of a training run: data, model, train and runtime; validate(); to_params()."""
+
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+CONFIG_FILE = "config.json"
+MODELS = ("flowers", "resnet", "tiny")
+RESNET_DEPTHS = (18, 34, 50)
+OPTIMIZERS = ("momentum", "adam")
+LR_SCHEDULES = ("cosine", "step", "constant")
+MODES = ("train", "eval", "train_and_eval")
+STRATEGIES = ("none", "mirrored", "multi_worker")
+# A re-run may change how long or how fast it trains, never what it trains.
+IDENTITY_FIELDS = (("data", "image_size"), ("data", "num_label_classes"),
+                   ("model", "model"), ("model", "resnet_depth"))
+
+
+class ConfigError(ValueError):
+  """A configuration value is invalid; the message names the flag and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  data_dir: str = ""
+  train_data: str = ""
+  eval_data: str = ""
+  labels_file: str = ""
+  num_label_classes: int = 0
+  num_train_examples: int = 0
+  num_eval_examples: int = 0
+  class_names: tuple = ()
+  image_size: int = 224
+  cache: bool = False
+  random_flip: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  model: str = "flowers"
+  resnet_depth: int = 50
+  dropout_rate: float = 0.3
+  label_smoothing: float = 0.0
+  weight_decay: float = 1e-4
+  model_fn: str = ""
+  hparams: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  train_steps: int = 1000
+  steps_per_eval: int = 250
+  train_batch_size: int = 64
+  eval_batch_size: int = 64
+  base_learning_rate: float = 0.1
+  optimizer: str = "momentum"
+  momentum: float = 0.9
+  lr_schedule: str = "cosine"
+  warmup_steps: int = 0
+  save_checkpoints_steps: int = 0
+  seed: int = 0
+  transpose_input: bool = False
+  warm_start_from: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+  model_dir: str = ""
+  export_dir: str = ""
+  mode: str = "train_and_eval"
+  use_tpu: bool = False
+  tpu: str = ""
+  tpu_zone: str = ""
+  gcp_project: str = ""
+  num_cores: int = 8
+  iterations_per_loop: int = 100
+  use_bfloat16: bool = False
+  eval_on_tpu: bool = True
+  strategy: str = "none"
+  eval_timeout_secs: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  data: DataConfig = DataConfig()
+  model: ModelConfig = ModelConfig()
+  train: TrainConfig = TrainConfig()
+  runtime: RuntimeConfig = RuntimeConfig()
+
+  def replace(self, section, **changes):
+    """Returns a copy with fields of one section ('data', 'model', ...) changed."""
+    updated = dataclasses.replace(getattr(self, section), **changes)
+    return dataclasses.replace(self, **{section: updated})
+
+  def to_dict(self):
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, values):
+    """Builds a Config from to_dict()'s output; unknown keys are an error."""
+    sections = {}
+    for field in dataclasses.fields(cls):
+      section_type = field.type
+      known = {f.name for f in dataclasses.fields(section_type)}
+      given = dict(values.get(field.name, {}))
+      unknown = set(given) - known
+      if unknown:
+        raise ConfigError(f"unknown {field.name} settings {sorted(unknown)} in {CONFIG_FILE}")
+      if "class_names" in given:
+        given["class_names"] = tuple(given["class_names"])
+      sections[field.name] = section_type(**given)
+    return cls(**sections)
+
+  def validate(self):
+    """Checks values that do not depend on the data on disk; raises ConfigError."""
+    _validate_choices(self)
+    _validate_sizes(self)
+    self.to_params()  # surfaces a malformed --hparams now
+    if self.runtime.use_tpu:
+      _validate_tpu_batches(self)
+    return self
+
+  def to_params(self):
+    """The flat dict of basic Python types handed to TPUEstimator as `params`.
+
+    Key names follow tensorflow/tpu where the concept matches. Never holds
+    `batch_size` or `context`: TPUEstimator reserves them.
+    """
+    d, m, t, r = self.data, self.model, self.train, self.runtime
+    params = {
+        "num_label_classes": d.num_label_classes,
+        "image_size": d.image_size,
+        "model": m.model,
+        "resnet_depth": m.resnet_depth,
+        "dropout_rate": m.dropout_rate,
+        "label_smoothing": m.label_smoothing,
+        "weight_decay": m.weight_decay,
+        "train_steps": t.train_steps,
+        "train_batch_size": t.train_batch_size,
+        "eval_batch_size": t.eval_batch_size,
+        "base_learning_rate": t.base_learning_rate,
+        "optimizer": t.optimizer,
+        "momentum": t.momentum,
+        "lr_schedule": t.lr_schedule,
+        "warmup_steps": t.warmup_steps,
+        "transpose_input": t.transpose_input,
+        "iterations_per_loop": r.iterations_per_loop,
+        "num_cores": r.num_cores,
+        "use_bfloat16": r.use_bfloat16,
+        "model_dir": r.model_dir,
+    }
+    extra = parse_hparams(m.hparams)
+    clashes = sorted(set(extra) & set(params))
+    if clashes:
+      raise ConfigError(f"--hparams sets {', '.join(clashes)}, which are flags: "
+                        f"use --{clashes[0]}=... instead")
+    params.update(extra)
+    return params
+
+
+RESERVED_PARAMS = ("batch_size", "context", "use_tpu")
+
+
+def _literal(text):
+  lowered = text.lower()
+  if lowered in ("true", "false"):
+    return lowered == "true"
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
+
+
+def parse_hparams(text):
+  """'learning_rate=0.1,batch_norm=true,name=x' -> {'learning_rate': 0.1, ...}.
+
+  Values become bool, int, float or str. Raises ConfigError on a malformed
+  entry or a key TPUEstimator reserves.
+  """
+  result = {}
+  for item in filter(None, (part.strip() for part in text.split(","))):
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+      raise ConfigError(f"--hparams entry {item!r} is not key=value")
+    if key in RESERVED_PARAMS:
+      raise ConfigError(f"--hparams key {key!r} is reserved by TPUEstimator; rename it")
+    result[key] = _literal(value.strip())
+  return result
+
+
+def _check(condition, message):
+  if not condition:
+    raise ConfigError(message)
+
+
+def _validate_choices(config):
+  m, t, r = config.model, config.train, config.runtime
+  _check(m.model in MODELS or m.model_fn,
+         f"--model={m.model} is not one of {', '.join(MODELS)}")
+  _check(m.model != "resnet" or m.resnet_depth in RESNET_DEPTHS,
+         f"--resnet_depth={m.resnet_depth} is not one of {RESNET_DEPTHS}")
+  _check(t.optimizer in OPTIMIZERS,
+         f"--optimizer={t.optimizer} is not one of {', '.join(OPTIMIZERS)}")
+  _check(t.lr_schedule in LR_SCHEDULES,
+         f"--lr_schedule={t.lr_schedule} is not one of {', '.join(LR_SCHEDULES)}")
+  _check(r.mode in MODES, f"--mode={r.mode} is not one of {', '.join(MODES)}")
+  _check(r.strategy in STRATEGIES,
+         f"--strategy={r.strategy} is not one of {', '.join(STRATEGIES)}")
+  _check(not (r.use_tpu and r.strategy != "none"),
+         f"--strategy={r.strategy} is for GPUs/CPUs; on TPU leave it unset "
+         "(TPUEstimator distributes over the TPU cores itself)")
+
+
+def _validate_sizes(config):
+  d, m, t, r = config.data, config.model, config.train, config.runtime
+  _check(r.model_dir, "--model_dir is required")
+  _check(d.image_size >= 8, f"--image_size={d.image_size} must be at least 8")
+  _check(t.train_steps > 0, f"--train_steps={t.train_steps} must be positive")
+  _check(t.steps_per_eval > 0, f"--steps_per_eval={t.steps_per_eval} must be positive")
+  _check(t.train_batch_size > 0,
+         f"--train_batch_size={t.train_batch_size} must be positive")
+  _check(t.eval_batch_size > 0,
+         f"--eval_batch_size={t.eval_batch_size} must be positive")
+  _check(t.base_learning_rate > 0,
+         f"--base_learning_rate={t.base_learning_rate} must be positive")
+  _check(0 <= m.label_smoothing < 1,
+         f"--label_smoothing={m.label_smoothing} must be in [0, 1)")
+  _check(0 <= m.dropout_rate < 1, f"--dropout_rate={m.dropout_rate} must be in [0, 1)")
+  _check(r.iterations_per_loop > 0,
+         f"--iterations_per_loop={r.iterations_per_loop} must be positive")
+  _check(r.num_cores > 0, f"--num_cores={r.num_cores} must be positive")
+
+
+def _suggest_multiples(value, divisor):
+  """'try 96 or 104' for value=100, divisor=8."""
+  lower = value - value % divisor
+  higher = lower + divisor
+  return f"try {lower} or {higher}" if lower else f"try {higher}"
+
+
+def _validate_tpu_batches(config):
+  t, r = config.train, config.runtime
+  for flag, value in (("train_batch_size", t.train_batch_size),
+                      ("eval_batch_size", t.eval_batch_size)):
+    if value % r.num_cores:
+      raise ConfigError(
+          f"--{flag}={value} must divide by --num_cores={r.num_cores} on TPU "
+          f"(each core gets an equal share); "
+          f"{_suggest_multiples(value, r.num_cores)}")
+
+
+def read_config(model_dir):
+  """The Config saved in model_dir, or None when there is none."""
+  path = os.path.join(model_dir, CONFIG_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    try:
+      return Config.from_dict(json.load(f))
+    except json.JSONDecodeError as e:
+      raise ConfigError(f"{path} is not valid JSON ({e}); delete it or fix it") from e
+
+
+def check_compatible(saved, config):
+  """Raises ConfigError when config would train a different model than saved."""
+  path = os.path.join(config.runtime.model_dir, CONFIG_FILE)
+  for section, name in IDENTITY_FIELDS:
+    old = getattr(getattr(saved, section), name)
+    new = getattr(getattr(config, section), name)
+    if old != new:
+      raise ConfigError(
+          f"--{name}={new} conflicts with {name}={old} in {path}, which holds a "
+          f"model trained with {name}={old}; use another --model_dir or "
+          f"--{name}={old}")
+
+
+def write_config(config):
+  """Writes config to model_dir/config.json (creating model_dir); returns the path."""
+  tf.io.gfile.makedirs(config.runtime.model_dir)
+  path = os.path.join(config.runtime.model_dir, CONFIG_FILE)
+  with tf.io.gfile.GFile(path, "w") as f:
+    json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+  return path

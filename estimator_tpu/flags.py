@@ -1,0 +1,107 @@
+"""define_flags() and config_from_flags(FLAGS): the only place that knows about flags.
+
+Every field of the Config sections is a flag of the same name. Precedence:
+defaults < the config.json already in --model_dir < flags typed on the
+command line (FLAGS[name].present).
+"""
+
+import dataclasses
+
+from absl import flags
+
+from estimator_tpu import config as config_lib
+
+# Derived from the data on disk, not flags; the counts are re-read at every run.
+DERIVED = {"num_train_examples", "num_eval_examples", "class_names"}
+
+HELP = {
+    "data_dir": "A preprocess.py output directory (train-*, validation-*, labels.txt, "
+                "manifest.json) or a tensorflow/tpu jpeg_to_tf_record.py one.",
+    "train_data": "File pattern of training TFRecords (overrides --data_dir's).",
+    "eval_data": "File pattern of evaluation TFRecords (overrides --data_dir's).",
+    "labels_file": "Class names, one per line in label order (default: DATA_DIR/labels.txt).",
+    "num_label_classes": "Number of classes, for data with no labels file.",
+    "image_size": "Side of the square images fed to the network, in pixels.",
+    "cache": "Cache decoded images in memory (before augmentation).",
+    "random_flip": "Random left/right flips in training (turn off for digits or text).",
+    "model": "Network: flowers (the Cloud TPU flowers CNN), resnet or tiny.",
+    "resnet_depth": "ResNet depth: 18, 34 or 50.",
+    "dropout_rate": "Dropout before the classifier.",
+    "label_smoothing": "Label smoothing of the cross-entropy loss.",
+    "weight_decay": "L2 weight decay (batch-norm parameters excluded).",
+    "model_fn": "Your own TPUEstimator model_fn as package.module:function.",
+    "hparams": "Extra params entries for a model_fn: key=value,key=value.",
+    "train_steps": "Total training steps (global batches).",
+    "steps_per_eval": "Training steps between evaluations (and checkpoints).",
+    "train_batch_size": "Global training batch, over all cores.",
+    "eval_batch_size": "Global evaluation batch; the last one is padded, never dropped.",
+    "base_learning_rate": "Learning rate for a global batch of 256; scaled linearly.",
+    "optimizer": "momentum or adam.",
+    "momentum": "Momentum of the momentum optimizer.",
+    "lr_schedule": "cosine, step or constant decay after warm-up.",
+    "warmup_steps": "Steps of linear learning-rate warm-up.",
+    "save_checkpoints_steps": "Steps between checkpoints (default: --steps_per_eval).",
+    "seed": "Random seed (0: not fixed).",
+    "transpose_input": "Feed images as HWCN (faster on TPU); undone in model_fn.",
+    "warm_start_from": "Checkpoint or model dir to warm-start from (transfer learning).",
+    "model_dir": "Where checkpoints, config.json, summaries and curves go (local or gs://).",
+    "export_dir": "Export a SavedModel here at the end of training.",
+    "mode": "train, eval (follows new checkpoints) or train_and_eval.",
+    "use_tpu": "Run on Cloud TPU through TPUEstimator.",
+    "tpu": "Name or grpc:// address of the Cloud TPU.",
+    "tpu_zone": "GCE zone of the Cloud TPU (optional).",
+    "gcp_project": "GCP project of the Cloud TPU (optional).",
+    "num_cores": "TPU cores (shards) to train on.",
+    "iterations_per_loop": "Steps run on the TPU per session.run (host round trip).",
+    "use_bfloat16": "Compute in bfloat16 on TPU (ignored elsewhere).",
+    "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",
+    "strategy": "none, mirrored (all local GPUs) or multi_worker (TF_CONFIG).",
+    "eval_timeout_secs": "--mode=eval: stop after this long with no new checkpoint.",
+}
+
+_DEFINERS = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
+             float: flags.DEFINE_float, str: flags.DEFINE_string}
+
+
+def _flag_fields():
+  """(section name, dataclasses.Field) for every field that is a flag."""
+  for section in dataclasses.fields(config_lib.Config):
+    for field in dataclasses.fields(section.type):
+      if field.name not in DERIVED:
+        yield section.name, field
+
+
+def define_flags(flag_values=flags.FLAGS):
+  """Defines one flag per Config field (call once, from an entry point)."""
+  for _, field in _flag_fields():
+    if field.name not in flag_values:
+      _DEFINERS[field.type](field.name, field.default, HELP[field.name],
+                            flag_values=flag_values)
+
+
+def typed_flags(flag_values=flags.FLAGS):
+  """{name: value} of the config flags the user typed."""
+  return {field.name: flag_values[field.name].value for _, field in _flag_fields()
+          if flag_values[field.name].present}
+
+
+def config_from_flags(flag_values=flags.FLAGS, saved=None):
+  """The Config: defaults, then `saved` (model_dir/config.json), then typed flags.
+
+  Args:
+    flag_values: parsed absl FlagValues.
+    saved: the Config read from --model_dir, or None.
+
+  Returns:
+    An unvalidated Config.
+  """
+  # Data, model and training settings carry over from config.json; runtime
+  # ones (where and how this invocation runs) do not.
+  config = config_lib.Config()
+  if saved is not None:
+    config = dataclasses.replace(saved, runtime=config_lib.RuntimeConfig())
+  typed = typed_flags(flag_values)
+  for section, field in _flag_fields():
+    if field.name in typed:
+      config = config.replace(section, **{field.name: typed[field.name]})
+  return config.replace("data", num_train_examples=0, num_eval_examples=0)

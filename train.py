@@ -1,0 +1,62 @@
+"""Train, evaluate and export an image classifier with TPUEstimator on CPU, GPU or TPU.
+
+    python train.py --data_dir=DATA --model_dir=MODEL [--use_tpu --tpu=NAME]
+
+Re-running the same command resumes from the last checkpoint in --model_dir.
+"""
+
+import os
+import sys
+
+# Before TensorFlow is imported: its C++ start-up chatter is not for the user.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags
+
+from estimator_tpu import config as config_lib
+from estimator_tpu import export_lib
+from estimator_tpu import flags as flags_lib
+from estimator_tpu import loop
+from estimator_tpu import runner
+
+FLAGS = flags.FLAGS
+
+
+def run(flag_values):
+  """Runs --mode; returns the process exit status."""
+  mode = flag_values["mode"].value
+  try:
+    config, info = runner.prepare(flag_values, need_train=mode != "eval",
+                                  need_eval=mode != "train")
+    estimator = runner.build(config)
+  except config_lib.ConfigError as e:
+    print(f"train.py: error: {e}", file=sys.stderr)
+    return 2
+  loop.say(f"{mode} {config.model.model_fn or config.model.model} on "
+           f"{info.num_classes} classes, {info.num_eval_examples} eval images, "
+           f"model_dir={config.runtime.model_dir}")
+  inputs = loop.make_inputs(config, info)
+  if mode == "eval":
+    loop.continuous_evaluate(estimator, config, inputs)
+  else:
+    loop.train_and_evaluate(estimator, config, inputs,
+                            evaluate_each=mode == "train_and_eval")
+  if config.runtime.export_dir:
+    path = export_lib.export_saved_model(estimator, config.runtime.export_dir,
+                                         config.data.image_size)
+    loop.say(f"exported SavedModel to {path}")
+  return 0
+
+
+def main(argv):
+  if len(argv) > 1:
+    print(f"train.py: error: unexpected arguments {argv[1:]}", file=sys.stderr)
+    return 2
+  return run(FLAGS)
+
+
+if __name__ == "__main__":
+  runner.quiet_tensorflow()
+  flags_lib.define_flags()
+  app.run(main)
