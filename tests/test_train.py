@@ -1,0 +1,205 @@
+"""train.py end to end on CPU: the loop, exact evaluation, resume, config.json, clear errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator_tpu import config as config_lib
+from estimator_tpu import features
+from estimator_tpu import flags as flags_lib
+from estimator_tpu import input_pipeline
+from estimator_tpu import loop
+from estimator_tpu import runner
+from estimator_tpu import testing
+import train
+
+from conftest import IMAGE_SIZE, NUM_EVAL
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
+        "--eval_batch_size=8", "--norandom_flip", "--seed=1"]
+
+
+def _flags(*args):
+  flag_values = flags.FlagValues()
+  flags_lib.define_flags(flag_values)
+  flag_values(["train.py", *args])
+  return flag_values
+
+
+def _run(*args):
+  return train.run(_flags(*args))
+
+
+def _history(model_dir):
+  with open(os.path.join(model_dir, "eval_history.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_trained_model_dir_has_checkpoint_config_history_and_curves(trained_model_dir):
+  assert loop.current_step(trained_model_dir) == 4
+  saved = config_lib.read_config(trained_model_dir)
+  assert saved.data.num_label_classes == 10
+  assert saved.data.class_names == tuple(str(i) for i in range(10))
+  assert saved.model.model == "tiny"
+  history = _history(trained_model_dir)
+  assert [h["step"] for h in history] == [4]
+  assert history[0]["num_eval_examples"] == NUM_EVAL
+  assert 0.0 <= history[0]["accuracy"] <= 1.0
+  with open(os.path.join(trained_model_dir, "learning_curves.png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _validation_bytes_and_labels(digits_dir):
+  images, labels = [], []
+  for path in sorted(tf.io.gfile.glob(f"{digits_dir}/validation-*")):
+    for record in tf.data.TFRecordDataset(path):
+      parsed = features.parse_example(record)
+      images.append(parsed["image_bytes"].numpy())
+      labels.append(int(parsed["label"]))
+  return images, np.array(labels)
+
+
+def test_exact_eval_counts_37_with_batch_8_and_matches_numpy(trained_model_dir, digits_dir):
+  config = config_lib.read_config(trained_model_dir)
+  estimator = runner.build(config)
+  eval_fn = input_pipeline.make_input_fn(
+      f"{digits_dir}/validation-*", False, IMAGE_SIZE, num_examples=NUM_EVAL,
+      global_batch_size=8)
+  results = estimator.evaluate(eval_fn, steps=input_pipeline.eval_steps(NUM_EVAL, 8))
+  images, labels = _validation_bytes_and_labels(digits_dir)
+  assert len(images) == NUM_EVAL
+  predictions = list(estimator.predict(
+      input_pipeline.make_predict_input_fn(images, IMAGE_SIZE)))
+  predicted = np.array([p["classid"] for p in predictions])
+  assert results["num_eval_examples"] == NUM_EVAL
+  np.testing.assert_allclose(results["accuracy"], np.mean(predicted == labels), atol=1e-6)
+  assert predictions[0]["class"].decode() == str(predicted[0])
+
+
+def test_rerun_continues_from_the_last_checkpoint(tmp_path, digits_dir, capsys):
+  model_dir = str(tmp_path / "m")
+  assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=2",
+              "--steps_per_eval=2", *TINY) == 0
+  assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=5",
+              "--steps_per_eval=2", *TINY) == 0
+  assert loop.current_step(model_dir) == 5
+  assert [h["step"] for h in _history(model_dir)] == [2, 4, 5]
+  out = capsys.readouterr().out
+  assert "resuming from step 2" in out
+  assert "step 5/5" in out
+
+
+def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir):
+  model_dir = str(tmp_path / "killed")
+  command = [sys.executable, "train.py", f"--data_dir={digits_dir}",
+             f"--model_dir={model_dir}", "--train_steps=100000", "--steps_per_eval=5",
+             "--mode=train", *TINY]
+  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  try:
+    while time.time() < deadline and loop.current_step(model_dir) < 5:
+      time.sleep(0.5)
+  finally:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+  killed_at = loop.current_step(model_dir)
+  assert killed_at >= 5
+  resumed = subprocess.run(
+      [*command[:5], f"--train_steps={killed_at + 3}", *command[6:]], cwd=REPO,
+      capture_output=True, text=True, timeout=180)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert f"resuming from step {killed_at}" in resumed.stdout
+  assert loop.current_step(model_dir) == killed_at + 3
+
+
+def test_eval_mode_follows_checkpoints_and_stops_at_train_steps(trained_model_dir, digits_dir,
+                                                                capsys):
+  assert _run(f"--data_dir={digits_dir}", f"--model_dir={trained_model_dir}", "--mode=eval",
+              "--train_steps=4", "--eval_timeout_secs=5") == 0
+  assert "step 4/4" in capsys.readouterr().out
+  assert _history(trained_model_dir)[-1]["num_eval_examples"] == NUM_EVAL
+
+
+def test_eval_batch_larger_than_the_eval_set_is_padded(tmp_path, digits_dir):
+  model_dir = str(tmp_path / "big_batch")
+  assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=1",
+              "--steps_per_eval=1", *TINY, "--eval_batch_size=64") == 0
+  assert _history(model_dir)[0]["num_eval_examples"] == NUM_EVAL
+
+
+def test_tpu_reference_layout_trains_with_num_label_classes(tmp_path):
+  data_dir = testing.write_digits_dataset(str(tmp_path / "tpu_layout"), num_train=40,
+                                          num_eval=11, write_manifest=False)
+  os.remove(os.path.join(data_dir, "labels.txt"))
+  model_dir = str(tmp_path / "m")
+  assert _run(f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--train_steps=1",
+              "--steps_per_eval=1", "--num_label_classes=10", *TINY) == 0
+  assert _history(model_dir)[0]["num_eval_examples"] == 11
+
+
+def _error(capsys, *args):
+  assert _run(*args) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1, err
+  return err[0]
+
+
+def test_conflicting_rerun_names_both_values_and_changes_nothing(trained_model_dir,
+                                                                 digits_dir, capsys):
+  path = os.path.join(trained_model_dir, "config.json")
+  with open(path) as f:
+    before = f.read()
+  message = _error(capsys, f"--data_dir={digits_dir}", f"--model_dir={trained_model_dir}",
+                   "--image_size=64")
+  assert "--image_size=64" in message and "image_size=32" in message
+  message = _error(capsys, f"--data_dir={digits_dir}", f"--model_dir={trained_model_dir}",
+                   "--model=flowers")
+  assert "--model=flowers" in message and "model=tiny" in message
+  with open(path) as f:
+    assert f.read() == before
+
+
+def test_clear_errors_for_bad_input(tmp_path, digits_dir, capsys):
+  model_dir = str(tmp_path / "m")
+  message = _error(capsys, f"--train_data={tmp_path}/nothing-*",
+                   f"--eval_data={digits_dir}/validation-*", f"--model_dir={model_dir}",
+                   "--num_label_classes=10")
+  assert f"{tmp_path}/nothing-*" in message and "no files match" in message
+  message = _error(capsys, f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
+                   "--use_tpu", "--train_batch_size=100", "--num_cores=8")
+  assert "--train_batch_size=100" in message and "--num_cores=8" in message
+  assert "96" in message and "104" in message
+  assert not os.path.exists(os.path.join(model_dir, "config.json"))
+
+
+def test_labels_disagreeing_with_manifest_is_an_error(tmp_path, capsys):
+  data_dir = testing.write_digits_dataset(str(tmp_path / "d"), num_train=10, num_eval=5)
+  with open(os.path.join(data_dir, "labels.txt"), "w") as f:
+    f.write("\n".join(str(i) for i in range(11)))
+  message = _error(capsys, f"--data_dir={data_dir}", f"--model_dir={tmp_path}/m", *TINY)
+  assert "labels.txt (11 classes)" in message and "manifest.json (10 classes)" in message
+
+
+def test_export_without_checkpoint_is_an_error(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "export.py", f"--model_dir={tmp_path}", f"--export_dir={tmp_path}/e"],
+      cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert result.returncode == 2
+  assert f"--model_dir={tmp_path} holds no config.json" in result.stderr
+  assert not os.path.exists(f"{tmp_path}/e")
+
+
+@pytest.mark.parametrize("bad", ["--hparams=batch_size=3", "--hparams=nonsense"])
+def test_bad_hparams_are_errors(tmp_path, digits_dir, capsys, bad):
+  message = _error(capsys, f"--data_dir={digits_dir}", f"--model_dir={tmp_path}/m", *TINY, bad)
+  assert "--hparams" in message
