@@ -79,7 +79,7 @@ class RuntimeConfig:
   use_bfloat16: bool = False
   eval_on_tpu: bool = True
   strategy: str = "none"
-  eval_timeout_secs: int = 0
+  eval_timeout_secs: int = 3600
 
 
 @dataclasses.dataclass(frozen=True)

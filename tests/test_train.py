@@ -203,3 +203,18 @@ def test_export_without_checkpoint_is_an_error(tmp_path):
 def test_bad_hparams_are_errors(tmp_path, digits_dir, capsys, bad):
   message = _error(capsys, f"--data_dir={digits_dir}", f"--model_dir={tmp_path}/m", *TINY, bad)
   assert "--hparams" in message
+
+
+def test_warm_start_copies_the_weights_of_another_model(tmp_path, trained_model_dir, digits_dir):
+  model_dir = str(tmp_path / "warm")
+  assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=1",
+              "--steps_per_eval=1", *TINY, "--base_learning_rate=1e-12", "--weight_decay=0",
+              f"--warm_start_from={trained_model_dir}") == 0
+  name = "tiny/conv_bn/conv2d/kernel"
+  source = tf.train.load_variable(trained_model_dir, name)
+  warmed = tf.train.load_variable(model_dir, name)
+  np.testing.assert_allclose(warmed, source, atol=1e-6)
+  fresh_dir = str(tmp_path / "fresh")
+  assert _run(f"--data_dir={digits_dir}", f"--model_dir={fresh_dir}", "--train_steps=1",
+              "--steps_per_eval=1", *TINY, "--seed=2") == 0
+  assert not np.allclose(tf.train.load_variable(fresh_dir, name), source, atol=1e-3)
