@@ -53,3 +53,14 @@ def trained_model_dir(tmp_path_factory, digits_dir):
       "--norandom_flip", "--seed=1"])
   assert train.run(flag_values) == 0
   return model_dir
+
+
+@pytest.fixture(scope="session")
+def exported_model(tmp_path_factory, trained_model_dir):
+  """The SavedModel version dir export.py writes for trained_model_dir (both signatures, warm-up)."""
+  from estimator_tpu import export_lib  # pylint: disable=g-import-not-at-top
+  from estimator_tpu import runner  # pylint: disable=g-import-not-at-top
+  export_dir = str(tmp_path_factory.mktemp("export"))
+  config, checkpoint = runner.prepare_export(trained_model_dir, export_dir)
+  return export_lib.export_saved_model(runner.build(config), export_dir,
+                                       config.data.image_size, checkpoint_path=checkpoint)

@@ -1,0 +1,266 @@
+"""Sends images to a model on TF Serving over REST or gRPC and prints one line per image.
+
+    python -m serving.client --server=localhost:8501 --model=image_classifier \
+        --protocol=rest [--batch_size=8] [--signature=serving_default] IMAGE...
+    python -m serving.client --server=localhost:8500 --protocol=grpc IMAGE...
+
+Prints `file<TAB>class<TAB>probability` per image. Errors from the server (the
+HTTP error body, the gRPC status and details, a refused connection) are
+printed to stderr and the exit status is 1; bad flags, and images that cannot
+be read or decoded (checked before anything is sent), exit with 2.
+
+Building requests and parsing responses are pure functions, tested without a
+server. --signature=predict_images sends images preprocessed here with
+preprocess_for_eval (and needs --image_size); every other signature is sent
+the encoded bytes.
+"""
+
+import argparse
+import base64
+import collections
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+# Before TensorFlow is imported: its C++ start-up chatter is not for the user.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2
+from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+import serving
+from estimator_tpu import export_lib
+from estimator_tpu import preprocessing
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+PROTOCOLS = ("rest", "grpc")
+DEFAULT_BATCH_SIZE = 8
+DEFAULT_TIMEOUT_SECS = 60.0
+PROG = "python -m serving.client"
+
+Prediction = collections.namedtuple("Prediction", ["label", "classid", "probability"])
+
+
+class ServingError(Exception):
+  """The server answered with an error, or could not be reached."""
+
+
+class InputError(ValueError):
+  """An image given on the command line cannot be read or decoded."""
+
+
+def batches(items, batch_size):
+  """Consecutive lists of at most batch_size items."""
+  return [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
+
+
+def takes_images(signature):
+  """Whether the signature takes preprocessed float images rather than encoded bytes."""
+  return export_lib.SIGNATURE_INPUTS.get(signature) == export_lib.IMAGES
+
+
+def _prediction(probabilities, classid, label):
+  classid = int(classid)
+  if isinstance(label, bytes):
+    label = label.decode("utf-8", "replace")
+  label = str(classid) if label is None else label
+  return Prediction(label, classid, float(probabilities[classid]))
+
+
+def build_rest_body(inputs, signature=export_lib.SERVING_SIGNATURE):
+  """The JSON body of a REST :predict request, in TF Serving's row format.
+
+  Args:
+    inputs: encoded images (bytes), sent as {"b64": ...}; or, for
+      predict_images, preprocessed float32 arrays [image_size, image_size, 3].
+    signature: the signature to run.
+
+  Returns:
+    The body as a str: {"signature_name": ..., "instances": [{name: value}, ...]}.
+  """
+  if takes_images(signature):
+    instances = [{export_lib.IMAGES: image.tolist()} for image in inputs]
+  else:
+    instances = [{export_lib.IMAGE_BYTES: {"b64": base64.b64encode(b).decode("ascii")}}
+                 for b in inputs]
+  return json.dumps({"signature_name": signature, "instances": instances})
+
+
+def parse_rest_response(text):
+  """A REST :predict response body -> [Prediction], one per instance.
+
+  Raises:
+    ServingError: the body holds an `error` or no `predictions`.
+  """
+  try:
+    body = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ServingError(f"the server's answer is not JSON ({e}): {text[:200]!r}") from e
+  if "error" in body or "predictions" not in body:
+    raise ServingError(body.get("error", f"no predictions in the answer: {text[:200]!r}"))
+  return [_prediction(row[export_lib.PROBABILITIES], row[export_lib.CLASSID],
+                      row.get(export_lib.CLASS)) for row in body["predictions"]]
+
+
+def build_grpc_request(inputs, model, signature=export_lib.SERVING_SIGNATURE):
+  """A gRPC PredictRequest; inputs as for build_rest_body."""
+  if not takes_images(signature):
+    return export_lib.make_predict_request(inputs, model, signature)
+  request = predict_pb2.PredictRequest()
+  request.model_spec.name = model
+  request.model_spec.signature_name = signature
+  request.inputs[export_lib.IMAGES].CopyFrom(
+      tf.make_tensor_proto(np.stack(inputs).astype(np.float32)))
+  return request
+
+
+def parse_grpc_response(response):
+  """A PredictResponse -> [Prediction], one per batch row."""
+  outputs = {key: tf.make_ndarray(proto) for key, proto in response.outputs.items()}
+  labels = outputs.get(export_lib.CLASS)
+  return [_prediction(probabilities, classid, None if labels is None else labels[i])
+          for i, (probabilities, classid) in enumerate(
+              zip(outputs[export_lib.PROBABILITIES], outputs[export_lib.CLASSID]))]
+
+
+def rest_url(server, model):
+  """http://HOST:PORT/v1/models/MODEL:predict (server may carry its own scheme)."""
+  base = server if "://" in server else f"http://{server}"
+  return f"{base.rstrip('/')}/v1/models/{model}:predict"
+
+
+def post_rest(server, model, body, timeout=DEFAULT_TIMEOUT_SECS):
+  """POSTs a :predict body; returns the response text.
+
+  Raises:
+    ServingError: an HTTP error status (with the server's error body) or no connection.
+  """
+  url = rest_url(server, model)
+  request = urllib.request.Request(url, data=body.encode("utf-8"),
+                                   headers={"Content-Type": "application/json"})
+  try:
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+      return response.read().decode("utf-8")
+  except urllib.error.HTTPError as e:
+    detail = e.read().decode("utf-8", "replace").strip()
+    try:
+      detail = json.loads(detail).get("error", detail)
+    except (json.JSONDecodeError, AttributeError):
+      pass
+    raise ServingError(f"HTTP {e.code} from {url}: {detail}") from e
+  except (urllib.error.URLError, OSError) as e:
+    raise ServingError(f"cannot reach {url}: {getattr(e, 'reason', e)}") from e
+
+
+def call_grpc(server, request, timeout=DEFAULT_TIMEOUT_SECS):
+  """Sends a PredictRequest to PredictionService/Predict; returns the PredictResponse.
+
+  Raises:
+    ServingError: the gRPC status code and details (UNAVAILABLE when nothing listens).
+  """
+  with grpc.insecure_channel(server) as channel:
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    try:
+      return stub.Predict(request, timeout=timeout)
+    except grpc.RpcError as e:
+      raise ServingError(f"gRPC {e.code().name} from {server}: {e.details()}") from e
+
+
+def predict(inputs, server, model, protocol, signature=export_lib.SERVING_SIGNATURE,
+            batch_size=DEFAULT_BATCH_SIZE, timeout=DEFAULT_TIMEOUT_SECS):
+  """Sends inputs in batches; returns [Prediction] in input order.
+
+  Raises:
+    ServingError: as post_rest / call_grpc, or a response of the wrong length.
+  """
+  predictions = []
+  for batch in batches(list(inputs), batch_size):
+    if protocol == "rest":
+      answer = parse_rest_response(
+          post_rest(server, model, build_rest_body(batch, signature), timeout))
+    else:
+      answer = parse_grpc_response(
+          call_grpc(server, build_grpc_request(batch, model, signature), timeout))
+    if len(answer) != len(batch):
+      raise ServingError(f"sent {len(batch)} images, got {len(answer)} predictions")
+    predictions.extend(answer)
+  return predictions
+
+
+def read_inputs(paths, signature=export_lib.SERVING_SIGNATURE, image_size=0):
+  """Reads the image files and checks that each decodes, before anything is sent.
+
+  With server-side batching an undecodable image fails every request batched
+  with it, so it is refused here. For predict_images signatures the images
+  are preprocessed here exactly as preprocess_for_eval does.
+
+  Returns:
+    [bytes], or [float32 array [image_size, image_size, 3]] for predict_images.
+
+  Raises:
+    InputError: a file cannot be read or decoded (the message names it).
+  """
+  inputs = []
+  for path in paths:
+    try:
+      with open(path, "rb") as f:
+        image_bytes = f.read()
+      image = preprocessing.decode_image(tf.constant(image_bytes))
+    except OSError as e:
+      raise InputError(f"cannot read {path}: {e.strerror or e}") from e
+    except tf.errors.OpError as e:
+      raise InputError(f"{path} is not a decodable image: {serving.error_reason(e)}") from e
+    inputs.append(preprocessing.resize_for_eval(image, image_size).numpy()
+                  if takes_images(signature) else image_bytes)
+  return inputs
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+  parser.add_argument("--server", required=True, help="HOST:PORT of TF Serving "
+                      f"(REST {serving.REST_PORT}, gRPC {serving.GRPC_PORT} by default)")
+  parser.add_argument("--model", default=serving.MODEL_NAME, help="model name on the server")
+  parser.add_argument("--protocol", choices=PROTOCOLS, default="rest")
+  parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
+  parser.add_argument("--signature", default=export_lib.SERVING_SIGNATURE)
+  parser.add_argument("--image_size", type=int, default=0,
+                      help="image side, needed only by --signature=predict_images")
+  parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECS,
+                      help="seconds to wait for each batch")
+  parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG files")
+  args = parser.parse_args(argv)
+  if args.batch_size <= 0:
+    parser.error(f"--batch_size={args.batch_size} must be positive")
+  if takes_images(args.signature) and args.image_size < 8:
+    parser.error(f"--signature={args.signature} takes preprocessed images: "
+                 f"--image_size={args.image_size} must be the model's image size")
+  return args
+
+
+def main(argv=None):
+  """Runs the client; returns the exit status (0 ok, 1 server error, 2 bad input)."""
+  args = parse_args(argv)
+  try:
+    inputs = read_inputs(args.images, args.signature, args.image_size)
+  except InputError as e:
+    print(f"{PROG}: error: {e}", file=sys.stderr)
+    return 2
+  try:
+    predictions = predict(inputs, args.server, args.model, args.protocol, args.signature,
+                          args.batch_size, args.timeout)
+  except ServingError as e:
+    print(f"{PROG}: error: {e}", file=sys.stderr)
+    return 1
+  for path, prediction in zip(args.images, predictions):
+    print(f"{path}\t{prediction.label}\t{prediction.probability:.4f}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
