@@ -1,0 +1,128 @@
+"""Lazy namespaces behind `estimator_tpu.compat.tf`: names resolve on first use."""
+
+import collections
+import importlib
+import types
+
+MIGRATING_DOC = "docs/MIGRATING.md"
+
+MAPPED = "mapped"
+REIMPLEMENTED = "re-implemented"
+REFUSED = "refused"
+KINDS = (MAPPED, REIMPLEMENTED, REFUSED)
+
+# kind: one of KINDS; target: "package.module:attr.path" (None when refused);
+# note: what changed in behaviour, or for a refused name what to use instead.
+Entry = collections.namedtuple("Entry", ["kind", "target", "note"])
+
+
+def mapped(target, note=""):
+  """A name whose TF 2.15 home behaves as the TF 1 original did."""
+  return Entry(MAPPED, target, note)
+
+
+def reimplemented(target, note):
+  """A name TF 2.15 removed or changed, implemented here faithfully."""
+  return Entry(REIMPLEMENTED, target, note)
+
+
+def refused(instead):
+  """A name TF 2.15 has in no form; `instead` says what to use."""
+  return Entry(REFUSED, None, instead)
+
+
+def load(target):
+  """Imports `target` ("package.module:attr.path") and returns the object."""
+  module_name, _, attr_path = target.partition(":")
+  value = importlib.import_module(module_name)
+  for part in filter(None, attr_path.split(".")):
+    value = getattr(value, part)
+  return value
+
+
+def display_target(target):
+  """How a target reads in docs: `tf.x.y` for public TF, a dotted path else."""
+  module_name, _, attr_path = target.partition(":")
+  if module_name == "tensorflow":
+    return "tf." + attr_path
+  return ".".join(filter(None, [module_name, attr_path]))
+
+
+def refused_message(path, instead):
+  return (f"{path} is not available in TF 2.15 and estimator_tpu.compat does "
+          f"not provide it: {instead} (see {MIGRATING_DOC}).")
+
+
+def unknown_message(path):
+  return (f"{path} is not provided by estimator_tpu.compat: TF 2.15 has no "
+          f"tf.contrib. Look up its TF 2 replacement in {MIGRATING_DOC}, or use "
+          f"the tf.compat.v1 / tf.* name directly.")
+
+
+class Namespace(types.ModuleType):
+  """A `tf.contrib.*` namespace whose attributes come from a registry dict.
+
+  A dict value is a child namespace; an `Entry` is resolved on first access
+  and cached. Refused and unknown names raise AttributeError with a message
+  that says what to use instead.
+  """
+
+  def __init__(self, path, entries):
+    super().__init__(path, f"Compatibility namespace for {path}.")
+    self.__dict__["_entries"] = entries
+
+  def __getattr__(self, name):
+    if name.startswith("__"):
+      raise AttributeError(name)
+    path = f"{self.__name__}.{name}"
+    entry = self._entries.get(name)
+    if entry is None:
+      raise AttributeError(unknown_message(path))
+    if isinstance(entry, dict):
+      value = Namespace(path, entry)
+    elif entry.kind == REFUSED:
+      raise AttributeError(refused_message(path, entry.note))
+    else:
+      value = load(entry.target)
+    setattr(self, name, value)
+    return value
+
+  def __dir__(self):
+    return sorted(name for name, entry in self._entries.items()
+                  if isinstance(entry, dict) or entry.kind != REFUSED)
+
+
+class CompatTF(types.ModuleType):
+  """`tf.compat.v1` with a `tf.contrib` namespace on top.
+
+  Any attribute other than `contrib` falls through to `tensorflow.compat.v1`,
+  imported on first use so that importing this module stays cheap.
+  """
+
+  def __init__(self, contrib_entries):
+    super().__init__("estimator_tpu.compat.tf", CompatTF.__doc__)
+    self.__dict__["_contrib_entries"] = contrib_entries
+
+  def __getattr__(self, name):
+    if name.startswith("__") and name != "__version__":
+      raise AttributeError(name)
+    if name == "contrib":
+      value = Namespace("tf.contrib", self._contrib_entries)
+    else:
+      value = _v1_attribute(name)
+    setattr(self, name, value)
+    return value
+
+  def __dir__(self):
+    return sorted(set(dir(importlib.import_module("tensorflow.compat.v1")))
+                  | {"contrib"})
+
+
+def _v1_attribute(name):
+  v1 = importlib.import_module("tensorflow.compat.v1")
+  try:
+    return getattr(v1, name)
+  except AttributeError:
+    raise AttributeError(
+        f"tf.{name} is not in tf.compat.v1 of TF 2.15; look for it under "
+        f"tf.compat.v2 or in {MIGRATING_DOC}.") from None
