@@ -83,7 +83,8 @@ def write_learning_curves(model_dir):
     axis.set_xlabel("step")
     axis.set_ylabel(name)
     axis.grid(alpha=0.3)
-    axis.legend()
+    if axis.get_lines():
+      axis.legend()
   figure.tight_layout()
   path = os.path.join(model_dir, CURVES_FILE)
   with tf.io.gfile.GFile(path, "wb") as f:
