@@ -1,0 +1,203 @@
+"""Training images/s: TPUEstimator(use_tpu=False).train vs tf.keras Model.fit, same network and data.
+
+    python benchmarks/bench_train.py [--image_size=32] [--batch_size=32]
+        [--iterations_per_loop=10] [--warmup_steps=20] [--steps=120] [--repeats=5]
+
+Both sides train the flowers CNN (model.build_network) on the digits written
+by estimator_tpu.testing, fed by the project's training input_fn with the same
+global batch, with Nesterov momentum at the same constant learning rate, the
+same cross-entropy and the same L2 weight decay:
+  estimator: estimator.build_estimator + model_fn.model_fn (host_call
+    summaries every step, logging and step-counter hooks, checkpoint at the
+    end of each train() call), as train.py runs it on CPU;
+  keras: Model.fit with steps_per_execution = iterations_per_loop, accuracy
+    as a metric, no callbacks but the timer, no XLA (as on the estimator side).
+Each repeat is one train()/fit() call of warmup_steps + steps, the sides
+alternating which goes first. Steady-state images/s times the last `steps`
+steps only (a SessionRunHook / a Keras callback timestamps each step or
+execution), so graph building, session creation, checkpoints and the input
+pipeline's start-up are excluded; wall images/s divides all the images by the
+whole call, whose setup (call to first step) and teardown (last step to
+return) are printed too. Images per CPU second (process CPU time over the
+window) is reported beside images/s because a shared machine gives a process
+a varying share of the cores. The last line is one JSON object; `ratio` is
+estimator ÷ keras steady-state images/s, `cpu_ratio` the same per CPU second.
+"""
+
+import argparse
+import os
+import tempfile
+import time
+
+# _common sets TF_CPP_MIN_LOG_LEVEL, so it comes before TensorFlow.
+import _common  # pylint: disable=g-bad-import-order
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+from estimator_tpu import model  # pylint: disable=g-import-not-at-top
+from estimator_tpu import optimization  # pylint: disable=g-import-not-at-top
+
+
+class ExecutionTimer(tf.keras.callbacks.Callback):
+  """Records {last step index: clocks()} after every train_function execution."""
+
+  def __init__(self):
+    super().__init__()
+    self.train_begin = None
+    self.marks = {}
+
+  def on_train_begin(self, logs=None):
+    self.train_begin = time.perf_counter()
+
+  def on_train_batch_end(self, batch, logs=None):
+    self.marks[batch] = _common.clocks()
+
+
+def build_keras(config):
+  """The flowers CNN compiled the way model_fn trains it; returns the model."""
+  params = config.to_params()
+  network = model.build_network(params)
+  size = params["image_size"]
+  network(tf.zeros([1, size, size, 3]))  # creates the variables
+  network.add_loss(lambda: optimization.weight_decay_loss(
+      network.trainable_variables, params["weight_decay"]))
+  lr = float(optimization.learning_rate(tf.constant(0, tf.int64), params))
+  network.compile(
+      optimizer=tf.keras.optimizers.SGD(lr, momentum=params["momentum"],
+                                        nesterov=True),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics=["accuracy"],
+      steps_per_execution=params["iterations_per_loop"],
+      jit_compile=False)
+  return network
+
+
+def keras_dataset(config, file_pattern):
+  """The project's input_fn with {'batch_size': B}, mapped to (image, label)."""
+  dataset = _common.train_input_fn(config, file_pattern)(
+      {"batch_size": config.train.train_batch_size})
+  return dataset.map(lambda feats, labels: (feats["image"], labels))
+
+
+def restore_v2_classes(config):
+  """Makes the network classes Keras-v2 again after an estimator built them in a graph.
+
+  Keras picks v1 or v2 training code by rewriting the *class's* bases each time
+  a model is constructed (version_utils.swap_class): building the network
+  inside the estimator's graph turns every FlowersCNN, ours included, into a
+  v1 model whose fit() refuses to run. Constructing a throwaway instance
+  eagerly swaps the bases back; it creates no variables.
+  """
+  model.build_network(config.to_params())
+
+
+def time_keras_fit(network, dataset, batch_size, warmup_steps, steps):
+  """One fit() of warmup_steps + steps; figures as time_estimator_train's."""
+  timer = ExecutionTimer()
+  start = time.perf_counter()
+  network.fit(dataset, epochs=1, steps_per_epoch=warmup_steps + steps,
+              callbacks=[timer], verbose=0)
+  end = time.perf_counter()
+  return _common.call_figures(
+      (start, timer.train_begin, end), timer.marks[warmup_steps - 1],
+      timer.marks[warmup_steps + steps - 1], batch_size, (warmup_steps, steps))
+
+
+def parse_args():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--image_size", type=int, default=32)
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--iterations_per_loop", type=int, default=10)
+  parser.add_argument("--warmup_steps", type=int, default=20)
+  parser.add_argument("--steps", type=int, default=120)
+  parser.add_argument("--repeats", type=int, default=5)
+  args = parser.parse_args()
+  for name in ("warmup_steps", "steps"):
+    value = getattr(args, name)
+    # The window starts after the last warm-up execution: both need >= 1 of them.
+    if value <= 0 or value % args.iterations_per_loop:
+      parser.error(f"--{name}={value} must be a positive multiple of "
+                   f"--iterations_per_loop={args.iterations_per_loop}")
+  return args
+
+
+def report(name, repeat, figures):
+  print(f"  {name:9} run {repeat + 1}: steady {figures['steady_images_per_s']:7.1f} "
+        f"images/s on {figures['cores_used']:.2f} cores, wall "
+        f"{figures['wall_images_per_s']:7.1f} images/s ({figures['wall_seconds']:.1f}s: "
+        f"setup {figures['setup_seconds']:.1f}s, teardown "
+        f"{figures['teardown_seconds']:.1f}s)", flush=True)
+
+
+def summarize(runs, args, load_start):
+  """Medians of both sides and their ratios."""
+  result = {"image_size": args.image_size, "batch_size": args.batch_size,
+            "iterations_per_loop": args.iterations_per_loop,
+            "warmup_steps": args.warmup_steps, "steps": args.steps,
+            "repeats": args.repeats, "cpus": os.cpu_count(),
+            "load_average_1min_start": load_start,
+            "load_average_1min_end": _common.load_average()}
+  for side, side_runs in runs.items():
+    for key in ("steady_images_per_s", "cores_used", "images_per_cpu_s",
+                "wall_images_per_s", "wall_seconds", "setup_seconds",
+                "teardown_seconds"):
+      result[f"{side}_{key}"] = round(_common.median(side_runs, key), 2)
+  result["ratio"] = round(result["estimator_steady_images_per_s"]
+                          / result["keras_steady_images_per_s"], 3)
+  result["cpu_ratio"] = round(result["estimator_images_per_cpu_s"]
+                              / result["keras_images_per_cpu_s"], 3)
+  result["wall_ratio"] = round(result["estimator_wall_images_per_s"]
+                               / result["keras_wall_images_per_s"], 3)
+  return result
+
+
+def make_sides(args, work_dir):
+  """Both sides, built and run once untimed; returns the (name, fn) pairs."""
+  pattern = _common.write_digits(os.path.join(work_dir, "data"), args.image_size)
+  config = _common.make_config(os.path.join(work_dir, "model"), args.image_size,
+                               args.batch_size, args.iterations_per_loop)
+  estimator = _common.build_estimator(config)
+  input_fn = _common.train_input_fn(config, pattern)
+  network = build_keras(config)
+  dataset = keras_dataset(config, pattern)
+  b, w, n = args.batch_size, args.warmup_steps, args.steps
+
+  def run_estimator(steps=n):
+    return _common.time_estimator_train(estimator, input_fn, b, w, steps)
+
+  def run_keras(steps=n):
+    restore_v2_classes(config)
+    return time_keras_fit(network, dataset, b, w, steps)
+
+  # Untimed first calls: the first checkpoint, Keras's tracing.
+  run_estimator(steps=args.iterations_per_loop)
+  run_keras(steps=args.iterations_per_loop)
+  return [("estimator", run_estimator), ("keras", run_keras)]
+
+
+def main():
+  args = parse_args()
+  _common.quiet_tf()
+  load_start = _common.load_average()
+  with tempfile.TemporaryDirectory() as work_dir:
+    sides = make_sides(args, work_dir)
+    print(f"flowers CNN, {args.image_size}x{args.image_size} digits, global batch "
+          f"{args.batch_size}, {args.warmup_steps} warm-up + {args.steps} timed "
+          f"steps per call, iterations_per_loop={args.iterations_per_loop}",
+          flush=True)
+    runs = _common.alternate(sides, args.repeats, report)
+  result = summarize(runs, args, load_start)
+  for side in ("estimator", "keras"):
+    print(f"{side:9} median: steady {result[f'{side}_steady_images_per_s']:.1f} "
+          f"images/s on {result[f'{side}_cores_used']:.2f} cores "
+          f"({result[f'{side}_images_per_cpu_s']:.1f} per CPU second), "
+          f"wall {result[f'{side}_wall_images_per_s']:.1f} images/s, setup "
+          f"{result[f'{side}_setup_seconds']:.1f}s, teardown "
+          f"{result[f'{side}_teardown_seconds']:.1f}s per call")
+  print(f"estimator/keras: steady {result['ratio']:.3f} (target >= 0.9), "
+        f"per CPU second {result['cpu_ratio']:.3f}, wall {result['wall_ratio']:.3f}")
+  _common.print_json(result)
+
+
+if __name__ == "__main__":
+  main()
