@@ -1,6 +1,8 @@
 """Train, evaluate and export an image classifier with TPUEstimator on CPU, GPU or TPU.
 
     python train.py --data_dir=DATA --model_dir=MODEL [--use_tpu --tpu=NAME]
+    python train.py --data_dir=DATA --model_dir=MODEL --strategy=mirrored  # all GPUs
+    python train.py ... --preflight  # on CPU: would this run work on a TPU?
 
 Re-running the same command resumes from the last checkpoint in --model_dir.
 """
@@ -18,13 +20,24 @@ from estimator_tpu import config as config_lib
 from estimator_tpu import export_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import loop
+from estimator_tpu import preflight
 from estimator_tpu import runner
 
 FLAGS = flags.FLAGS
 
 
+def define_entry_flags(flag_values=FLAGS):
+  """Flags of this entry point that are not Config fields."""
+  flags.DEFINE_bool("preflight", False,
+                    "Check on CPU what a TPU run with these flags needs, print a "
+                    "PASS/WARN/FAIL report and exit (0: pass, 1: fail); trains nothing.",
+                    flag_values=flag_values)
+
+
 def run(flag_values):
-  """Runs --mode; returns the process exit status."""
+  """Runs --mode (or --preflight); returns the process exit status."""
+  if "preflight" in flag_values and flag_values["preflight"].value:
+    return preflight.preflight(flag_values)
   mode = flag_values["mode"].value
   try:
     config, info = runner.prepare(flag_values, need_train=mode != "eval",
@@ -33,8 +46,10 @@ def run(flag_values):
   except config_lib.ConfigError as e:
     print(f"train.py: error: {e}", file=sys.stderr)
     return 2
+  strategy = config.runtime.strategy
   loop.say(f"{mode} {config.model.model_fn or config.model.model} on "
            f"{info.num_classes} classes, {info.num_eval_examples} eval images, "
+           f"{'' if strategy == 'none' else f'--strategy={strategy}, '}"
            f"model_dir={config.runtime.model_dir}")
   inputs = loop.make_inputs(config, info)
   if mode == "eval":
@@ -59,4 +74,5 @@ def main(argv):
 if __name__ == "__main__":
   runner.quiet_tensorflow()
   flags_lib.define_flags()
+  define_entry_flags()
   app.run(main)

@@ -1,12 +1,21 @@
-"""build_estimator(config): RunConfig, TPUConfig, cluster resolver and TPUEstimator."""
+"""build_estimator(config): the TPUEstimator, or an Estimator with a tf.distribute strategy.
+
+--strategy=none (the default) gives a TPUEstimator: the model_fn runs on the
+host CPU/GPU, or with --use_tpu on every TPU core. --strategy=mirrored (all
+local GPUs) and --strategy=multi_worker (a TF_CONFIG cluster) give a plain
+tf.compat.v1.estimator.Estimator, because TPUEstimator cannot take a
+strategy. Both run the same TPUEstimator model_fn and input_fns, and both
+offer train/evaluate/predict, so loop.py does not know which it drives.
+"""
 
 import logging
 
 import tensorflow as tf
 
+from estimator_tpu import distributed
 from estimator_tpu import model_fn as model_fn_lib
 
-KEEP_CHECKPOINTS = 5
+KEEP_CHECKPOINTS = distributed.KEEP_CHECKPOINTS
 
 log = logging.getLogger("estimator_tpu")
 
@@ -52,7 +61,7 @@ def build_params(config, class_names=None):
 
 def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
                     resolver_fn=tpu_cluster_resolver):
-  """The TPUEstimator for config; on CPU/GPU it runs the same model_fn unchanged.
+  """The estimator for config: TPUEstimator, or DistributedEstimator with --strategy.
 
   Args:
     config: a validated Config whose data section is resolved
@@ -60,15 +69,22 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
     class_names: names in label order, for the `class` prediction (off TPU).
     model_fn: the TPUEstimator model_fn to run.
     resolver_fn: see build_run_config.
+
+  Raises:
+    ConfigError: --strategy=multi_worker without a usable TF_CONFIG, or a
+      batch that does not divide over the replicas.
   """
   t, r = config.train, config.runtime
   if r.use_bfloat16 and not r.use_tpu:
     log.warning("--use_bfloat16 applies only on TPU; computing in float32 here")
+  params = build_params(config, class_names)
   warm_start = t.warm_start_from or None
+  if r.strategy != "none":
+    return distributed.build_distributed_estimator(config, params, model_fn)
   return tf.compat.v1.estimator.tpu.TPUEstimator(
       model_fn=model_fn,
       config=build_run_config(config, resolver_fn),
-      params=build_params(config, class_names),
+      params=params,
       use_tpu=r.use_tpu,
       train_batch_size=t.train_batch_size,
       eval_batch_size=t.eval_batch_size,

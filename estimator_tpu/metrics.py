@@ -8,11 +8,21 @@ import tensorflow as tf
 
 
 def _metric_variable(shape, name):
+  # ON_READ/SUM like tf.compat.v1.metrics: under a MirroredStrategy each
+  # replica accumulates its own copy and a cross-replica read sums them.
   return tf.compat.v1.get_local_variable(
       name, shape=shape, dtype=tf.float32, trainable=False,
       initializer=tf.compat.v1.zeros_initializer(),
       collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
-                   tf.compat.v1.GraphKeys.METRIC_VARIABLES])
+                   tf.compat.v1.GraphKeys.METRIC_VARIABLES],
+      synchronization=tf.VariableSynchronization.ON_READ,
+      aggregation=tf.VariableAggregation.SUM)
+
+
+def _across_replicas(value_fn, variable):
+  """value_fn(variable) read in cross-replica context: one value, not one per replica."""
+  return tf.distribute.get_replica_context().merge_call(
+      lambda _, v: value_fn(v), args=(variable,))
 
 
 def streaming_sum(values, name="sum"):
@@ -20,17 +30,21 @@ def streaming_sum(values, name="sum"):
   with tf.compat.v1.variable_scope(None, default_name=name):
     total = _metric_variable([], "total")
     update = tf.compat.v1.assign_add(total, tf.reduce_sum(tf.cast(values, tf.float32)))
-    return tf.identity(total), update
+    return _across_replicas(tf.identity, total), update
 
 
-def streaming_confusion_matrix(labels, predictions, num_classes, weights, name="confusion"):
-  """(matrix, update_op): weighted counts [num_classes, num_classes], rows = true class."""
+def streaming_confusion_matrix(labels, predictions, num_classes, weights, name="confusion",
+                               value_fn=tf.identity):
+  """(value_fn(matrix), update_op): matrix holds weighted counts [num_classes, num_classes].
+
+  Rows are the true class. value_fn runs once over all replicas' counts.
+  """
   with tf.compat.v1.variable_scope(None, default_name=name):
     total = _metric_variable([num_classes, num_classes], "matrix")
     batch = tf.math.confusion_matrix(labels, predictions, num_classes,
                                      weights=weights, dtype=tf.float32)
     update = tf.compat.v1.assign_add(total, batch)
-    return tf.identity(total), update
+    return _across_replicas(value_fn, total), update
 
 
 def macro_f1_from_confusion(matrix):
@@ -57,15 +71,15 @@ def classification_metrics(labels, logits, weights, num_classes):
   """
   predictions = tf.argmax(logits, axis=1, output_type=tf.int32)
   labels = tf.cast(labels, tf.int32)
-  matrix, matrix_update = streaming_confusion_matrix(labels, predictions,
-                                                     num_classes, weights)
+  macro_f1, matrix_update = streaming_confusion_matrix(
+      labels, predictions, num_classes, weights, value_fn=macro_f1_from_confusion)
   xent = tf.compat.v1.losses.sparse_softmax_cross_entropy(
       labels, logits, reduction=tf.compat.v1.losses.Reduction.NONE)
   result = {
       "accuracy": tf.compat.v1.metrics.accuracy(labels, predictions, weights),
       "mean_per_class_accuracy": tf.compat.v1.metrics.mean_per_class_accuracy(
           labels, predictions, num_classes, weights),
-      "macro_f1": (macro_f1_from_confusion(matrix), matrix_update),
+      "macro_f1": (macro_f1, matrix_update),
       "eval_loss": tf.compat.v1.metrics.mean(xent, weights),
       "num_eval_examples": streaming_sum(weights, "num_eval_examples"),
   }

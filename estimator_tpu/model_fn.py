@@ -65,8 +65,12 @@ def _host_call(global_step, loss, lr, correct, params):
     with tf.compat.v2.summary.create_file_writer(model_dir, max_queue=queue).as_default():
       with tf.compat.v2.summary.record_if(True):
         now = tf.timestamp()
+        # (time, step) of the previous call. A callable initializer: on TPU this
+        # runs inside the outfeed's control-flow context, where a tensor
+        # initial value is rejected.
         last = tf.compat.v1.get_local_variable(
-            "examples_per_sec_last", initializer=tf.constant([-1.0, 0.0], tf.float64))
+            "examples_per_sec_last", shape=[2], dtype=tf.float64,
+            initializer=tf.compat.v1.constant_initializer([-1.0, 0.0]))
         seconds = now - last[0]
         steps = tf.cast(step, tf.float64) - last[1]
         rate = tf.where(last[0] > 0, steps * global_batch / tf.maximum(seconds, 1e-6),

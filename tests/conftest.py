@@ -64,3 +64,58 @@ def exported_model(tmp_path_factory, trained_model_dir):
   config, checkpoint = runner.prepare_export(trained_model_dir, export_dir)
   return export_lib.export_saved_model(runner.build(config), export_dir,
                                        config.data.image_size, checkpoint_path=checkpoint)
+
+
+# --- preprocess.py / beam_pipeline.py fixtures --------------------------------
+# A class-folder tree with good and bad inputs; the expected outcome of each
+# file is in IMAGE_FOLDER_EXPECTED (class -> images written) and
+# IMAGE_FOLDER_REJECTED (relative path -> reason code).
+IMAGE_FOLDER_CLASSES = ["cat", "dog", "ñandú"]
+IMAGE_FOLDER_EXPECTED = {"cat": 10, "dog": 8, "ñandú": 9}
+IMAGE_FOLDER_REJECTED = {"cat/empty.jpg": "empty_file",
+                         "dog/notes.jpg": "not_an_image",
+                         "dog/truncated.jpg": "corrupt_image",
+                         "README.txt": "not_in_class_folder"}
+
+
+def image_bytes(array, fmt="JPEG", mode="RGB", **save_args):
+  """Encodes an RGB uint8 array in `fmt` after converting it to `mode`."""
+  import io  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  buffer = io.BytesIO()
+  Image.fromarray(array, "RGB").convert(mode).save(buffer, format=fmt,
+                                                   **save_args)
+  return buffer.getvalue()
+
+
+def write_image_folder(root):
+  """Writes the tree described above under root; returns root."""
+  from estimator_tpu import datasets  # pylint: disable=g-import-not-at-top
+  images, _ = datasets.digit_arrays(limit=30, size=32)
+  files = {}
+  for c, name in enumerate(IMAGE_FOLDER_CLASSES):
+    for i in range(8):
+      stem = f"pájaro {i}" if name == "ñandú" else f"{i:02d}"
+      files[f"{name}/{stem}.jpg"] = datasets.encode_jpeg(images[c * 8 + i])
+  files.update({
+      "cat/gray.jpg": image_bytes(images[24], mode="L"),
+      "cat/cmyk.jpg": image_bytes(images[25], mode="CMYK"),
+      "cat/empty.jpg": b"",
+      "dog/notes.jpg": b"not an image at all\n",
+      "dog/truncated.jpg": datasets.encode_jpeg(images[26])[:300],
+      "ñandú/png_named.jpg": image_bytes(images[27], fmt="PNG"),
+      "README.txt": b"class folders below\n",
+      "dog/.DS_Store": b"hidden files are skipped",
+  })
+  for relative, data in files.items():
+    path = os.path.join(root, relative)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+      f.write(data)
+  return root
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory):
+  """A read-only class-folder tree of 27 good and 4 bad inputs (see above)."""
+  return write_image_folder(str(tmp_path_factory.mktemp("image_folder")))

@@ -1,0 +1,27 @@
+"""User model_fns for preflight tests: --model_fn=tests.preflight_models:NAME."""
+
+import tensorflow as tf
+
+from estimator_tpu import model_fn as model_fn_lib
+
+
+def rotating_model_fn(features, labels, mode, params):
+  """Our model_fn behind a Keras RandomRotation layer: augmentation inside the model.
+
+  RandomRotation runs ImageProjectiveTransformV3, which XLA cannot compile,
+  so a TPU cannot run this model; preflight must say so.
+  """
+  rotate = tf.keras.layers.RandomRotation(0.1, name="augment_rotation")
+  images = rotate(features["image"], training=mode == tf.estimator.ModeKeys.TRAIN)
+  return model_fn_lib.model_fn(dict(features, image=images), labels, mode, params)
+
+
+def callback_model_fn(features, labels, mode, params):
+  """Our model_fn with a Python callback and a string op in its graph: neither runs on a TPU."""
+  images = features["image"]
+  images = tf.py_function(lambda x: x, [images], tf.float32, name="host_identity")
+  images.set_shape(features["image"].shape)
+  spec = model_fn_lib.model_fn(dict(features, image=images), labels, mode, params)
+  message = tf.strings.format("loss {}", spec.loss, name="loss_message")
+  with tf.control_dependencies([message]):
+    return spec._replace(loss=tf.identity(spec.loss))

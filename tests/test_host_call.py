@@ -1,0 +1,60 @@
+"""host_call summaries: after a CPU run, model_dir's event files hold them for every step."""
+
+import collections
+import glob
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from estimator_tpu import config as config_lib
+from estimator_tpu import optimization
+
+TAGS = ("train/loss", "train/learning_rate", "train/accuracy", "train/examples_per_sec")
+
+
+def _scalars(paths):
+  """{tag: {step: value}} from TF event files."""
+  values = collections.defaultdict(dict)
+  for path in paths:
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
+                  else value.simple_value)
+        values[value.tag][event.step] = number
+  return values
+
+
+def _schedule(params, steps):
+  return [float(optimization.learning_rate(tf.constant(step, tf.int64), params))
+          for step in steps]
+
+
+def test_host_call_writes_every_step_with_plausible_values(trained_model_dir):
+  # The fixture trained 4 steps of 8 examples (train.py, TPUEstimator on CPU).
+  host_files = glob.glob(os.path.join(trained_model_dir, "events.out.tfevents.*.v2"))
+  summaries = _scalars(host_files)
+  steps = [0, 1, 2, 3]  # the global step each training step started from
+  for tag in TAGS:
+    assert sorted(summaries[tag]) == steps, tag
+
+  params = config_lib.read_config(trained_model_dir).to_params()
+  learning_rates = [summaries["train/learning_rate"][s] for s in steps]
+  np.testing.assert_allclose(learning_rates, _schedule(params, steps), rtol=1e-6)
+  assert learning_rates[0] == np.float32(params["base_learning_rate"] * 8 / 256)  # cosine peak
+
+  losses = [summaries["train/loss"][s] for s in steps]
+  assert all(0.5 < loss < 10 for loss in losses)  # 10 classes: about ln(10) = 2.3 at first
+  assert all(0 <= summaries["train/accuracy"][s] <= 1 for s in steps)
+  rates = [summaries["train/examples_per_sec"][s] for s in steps]
+  assert rates[0] == 0 and all(rate > 0 for rate in rates[1:])  # no previous step to time
+
+
+def test_host_call_loss_is_the_loss_the_estimator_logs(trained_model_dir):
+  estimator_files = [path for path in glob.glob(
+      os.path.join(trained_model_dir, "events.out.tfevents.*")) if not path.endswith(".v2")]
+  logged = _scalars(estimator_files)["loss"]  # written after the step: global step + 1
+  host_call = _scalars(glob.glob(os.path.join(trained_model_dir, "*.v2")))["train/loss"]
+  assert logged
+  for step, loss in logged.items():
+    assert host_call[step - 1] == np.float32(loss)

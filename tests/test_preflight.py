@@ -1,0 +1,132 @@
+"""train.py --preflight: on CPU, what a TPU run needs; one PASS/WARN/FAIL line per finding."""
+
+import os
+import subprocess
+import sys
+
+from absl import flags
+import tensorflow as tf
+
+import train
+from estimator_tpu import flags as flags_lib
+from estimator_tpu import input_pipeline
+from estimator_tpu import model_fn as model_fn_lib
+from estimator_tpu import preflight
+
+from conftest import IMAGE_SIZE, tiny_config
+import preflight_models
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(digits_dir, model_dir, *extra):
+  """train.run(--preflight ...) in this process; returns the exit status."""
+  flag_values = flags.FlagValues()
+  flags_lib.define_flags(flag_values)
+  train.define_entry_flags(flag_values)
+  flag_values(["train.py", "--preflight", f"--data_dir={digits_dir}",
+               f"--model_dir={model_dir}", f"--image_size={IMAGE_SIZE}", *extra])
+  return train.run(flag_values)
+
+
+def _lines(text, status):
+  return [line for line in text.splitlines() if line.startswith(status + "  ")]
+
+
+def test_default_model_passes_on_digits_with_per_core_batch_8(digits_dir, tmp_path):
+  model_dir = tmp_path / "model"
+  result = subprocess.run(
+      [sys.executable, "train.py", "--preflight", f"--data_dir={digits_dir}",
+       f"--model_dir={model_dir}", "--use_tpu", f"--image_size={IMAGE_SIZE}",
+       "--train_batch_size=64", "--eval_batch_size=64"],
+      cwd=REPO_DIR, capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  out = result.stdout
+  assert result.returncode == 0, out + result.stderr[-3000:]
+  assert not _lines(out, "FAIL")
+  passes = "\n".join(_lines(out, "PASS"))
+  assert ("train input per core: features['image'] float32 [8, 32, 32, 3], labels int32 [8]"
+          in passes)
+  assert "features['weight'] float32 [8]" in passes  # the eval input
+  assert "compiles with XLA and runs on a real batch" in passes
+  assert "CrossShardOptimizer" in passes
+  assert "TPU train graph for 8 cores" in passes and "TPU eval graph for 8 cores" in passes
+  assert out.splitlines()[-1].startswith("preflight: PASS")
+  assert not model_dir.exists()  # a check, not a run: nothing written
+
+
+def test_random_rotation_in_the_model_fails_naming_the_op(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--train_batch_size=64", "--eval_batch_size=64",
+                "--model_fn=preflight_models:rotating_model_fn")
+  out = capsys.readouterr().out
+  assert status == 1
+  (failure,) = _lines(out, "FAIL")
+  assert "ImageProjectiveTransformV3" in failure
+  assert "'augment_rotation/transform'" in failure  # the Keras layer's scope
+  assert "preflight_models.py:" in failure  # the line that made it
+  assert out.splitlines()[-1].startswith("preflight: FAIL")
+
+
+def test_batch_that_does_not_divide_by_the_cores_is_a_fail_line(digits_dir, tmp_path, capsys):
+  # With --use_tpu the config check alone would stop here; preflight reports instead.
+  status = _run(digits_dir, tmp_path, "--use_tpu", "--model=tiny", "--train_batch_size=100",
+                "--eval_batch_size=64")
+  out = capsys.readouterr().out
+  assert status == 1
+  (failure,) = _lines(out, "FAIL")
+  assert "--train_batch_size=100" in failure and "--num_cores=8" in failure
+  assert "try 96 or 104" in failure
+  assert any("compiles with XLA" in line for line in _lines(out, "PASS"))  # checks went on
+
+
+def test_input_fn_without_drop_remainder_fails_naming_the_dynamic_dimension(digits_dir,
+                                                                           tmp_path):
+  config = tiny_config(tmp_path, train_batch_size=64, eval_batch_size=64)
+  good = input_pipeline.make_input_fn(os.path.join(digits_dir, "train-*"), True, IMAGE_SIZE)
+
+  def without_drop_remainder(params):
+    return good(params).unbatch().batch(params["batch_size"])
+
+  findings = preflight.run_checks(config, model_fn_lib.model_fn, without_drop_remainder)
+  failures = [f.message for f in findings if f.status == preflight.FAIL]
+  assert any("features['image'] has shape [None, 32, 32, 3], dimension 0 not static" in m
+             for m in failures), failures
+  assert any("labels has shape [None], dimension 0" in m for m in failures), failures
+
+
+def test_python_callbacks_and_string_ops_in_the_model_are_errors(digits_dir, tmp_path):
+  config = tiny_config(tmp_path, train_batch_size=64, eval_batch_size=64)
+  train_fn = input_pipeline.make_input_fn(os.path.join(digits_dir, "train-*"), True,
+                                          IMAGE_SIZE)
+  findings = preflight.run_checks(config, preflight_models.callback_model_fn, train_fn)
+  failures = "\n".join(f.message for f in findings if f.status == preflight.FAIL)
+  assert "EagerPyFunc op host_identity" in failures and "Python callback" in failures
+  assert "StringFormat op loss_message" in failures and "string tensors" in failures
+
+
+def test_layer_widths_follow_the_tpu_performance_guide():
+  layers = [("net/conv1", "conv", 27, 32), ("net/conv2", "conv", 288, 20),
+            ("net/big", "dense", 4096, 1000), ("net/logits", "dense", 1000, 10)]
+  findings = preflight.check_layer_widths(layers, num_classes=10)
+  assert [f.status for f in findings] == [preflight.WARN, preflight.WARN]
+  assert "net/conv2 (conv, 20 outputs)" in findings[0].message
+  assert "net/big (dense, 4096 inputs, 1000 outputs)" in findings[1].message
+  assert "logits" not in " ".join(f.message for f in findings)  # the classifier is exempt
+
+
+def test_per_core_batch_not_a_multiple_of_8_is_a_warning():
+  config = tiny_config("/unused", train_batch_size=32, eval_batch_size=64)
+  train_finding, eval_finding = preflight.check_batches(config)
+  assert train_finding.status == preflight.WARN and "gives each of the 8 cores 4" in (
+      train_finding.message)
+  assert eval_finding.status == preflight.PASS
+
+
+def test_unsupported_op_message_is_parsed_into_op_type_and_scope():
+  message = ("Detected unsupported operations when trying to compile graph cluster_1[] on "
+             "XLA_CPU_JIT: ImageProjectiveTransformV3 (No registered "
+             "'ImageProjectiveTransformV3' OpKernel for XLA_CPU_JIT devices compatible with "
+             "node {{node net/rotate/transform/ImageProjectiveTransformV3}}){{node "
+             "net/rotate/transform/ImageProjectiveTransformV3}}")
+  (op,) = preflight.tpu_checks.parse_unsupported_ops(message, tf.Graph())
+  assert (op.op_type, op.scope) == ("ImageProjectiveTransformV3", "net/rotate/transform")
