@@ -147,7 +147,13 @@ def prepare_export(model_dir, export_dir):
 
 
 def build(config, **kwargs):
-  """The TPUEstimator running the configured model_fn."""
+  """The TPUEstimator running the configured model_fn.
+
+  With --seed, Keras's initializers (which draw their seeds from Python's
+  random module, not the graph seed) are seeded too, so weights repeat.
+  """
+  if config.train.seed:
+    tf.keras.utils.set_random_seed(config.train.seed)
   return estimator_lib.build_estimator(
       config, class_names=config.data.class_names,
       model_fn=load_model_fn(config.model.model_fn), **kwargs)
