@@ -64,15 +64,8 @@ def run(flag_values):
   return 0
 
 
-def main(argv):
-  if len(argv) > 1:
-    print(f"train.py: error: unexpected arguments {argv[1:]}", file=sys.stderr)
-    return 2
-  return run(FLAGS)
-
-
 if __name__ == "__main__":
   runner.quiet_tensorflow()
   flags_lib.define_flags()
   define_entry_flags()
-  app.run(main)
+  app.run(runner.make_main("train.py", run, FLAGS))

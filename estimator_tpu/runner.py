@@ -2,6 +2,7 @@
 
 import importlib
 import logging
+import sys
 
 import tensorflow as tf
 from tensorflow.python.util import function_utils  # pylint: disable=g-direct-tensorflow-import
@@ -69,6 +70,18 @@ def with_eval_count(user_model_fn):
     return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(**fields)
 
   return model_fn
+
+
+def make_main(program, run, flag_values):
+  """absl's main(argv) for an entry point: stray arguments are an error (exit 2)."""
+
+  def main(argv):
+    if len(argv) > 1:
+      print(f"{program}: error: unexpected arguments {argv[1:]}", file=sys.stderr)
+      return 2
+    return run(flag_values)
+
+  return main
 
 
 def load_model_fn(spec):
