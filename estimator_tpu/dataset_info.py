@@ -13,8 +13,9 @@ import tensorflow as tf
 
 from estimator_tpu.config import ConfigError
 
-LABELS_FILE = "labels.txt"
-MANIFEST_FILE = "manifest.json"
+from estimator_tpu.preprocess_plan import LABELS_FILE
+from estimator_tpu.preprocess_plan import MANIFEST_FILE
+
 TRAIN_GLOB = "train-*"
 EVAL_GLOB = "validation-*"
 

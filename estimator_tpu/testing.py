@@ -13,12 +13,9 @@ import tensorflow as tf
 from estimator_tpu import datasets
 from estimator_tpu import features
 
-LABELS_FILE = "labels.txt"
-MANIFEST_FILE = "manifest.json"
-
-
-def shard_name(split, index, num_shards):
-  return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
+from estimator_tpu.preprocess_plan import LABELS_FILE
+from estimator_tpu.preprocess_plan import MANIFEST_FILE
+from estimator_tpu.preprocess_plan import shard_name
 
 
 def write_records(path, examples):

@@ -1,0 +1,80 @@
+"""What preprocess.py runs and writes: the Plan, split and file names, reasons.
+
+Shared by preprocess_inputs.py (which builds the Plan) and beam_pipeline.py
+(which runs it). It imports no TensorFlow, so flag errors fail fast.
+"""
+
+import dataclasses
+import typing
+
+TRAIN = "train"
+VALIDATION = "validation"
+SPLITS = (TRAIN, VALIDATION)
+LABELS_FILE = "labels.txt"
+MANIFEST_FILE = "manifest.json"
+REJECTED_FILE = "rejected.csv"
+REJECTED_HEADER = ("path", "reason")
+TEMP_DIR_PREFIX = ".preprocess-temp-"
+MANIFEST_VERSION = 1
+
+# Reason codes: the first word of each rejected.csv reason and the keys of
+# manifest["rejected"]["by_reason"].
+EMPTY_FILE = "empty_file"
+NOT_AN_IMAGE = "not_an_image"
+CORRUPT_IMAGE = "corrupt_image"
+IMAGE_TOO_LARGE = "image_too_large"
+FILE_NOT_FOUND = "file_not_found"
+READ_ERROR = "read_error"
+UNKNOWN_LABEL = "unknown_label"
+MALFORMED_CSV_ROW = "malformed_csv_row"
+DUPLICATE_PATH = "duplicate_path"
+NOT_IN_CLASS_FOLDER = "not_in_class_folder"
+
+
+def shard_name(split, index, num_shards):
+  """`train-00003-of-00016.tfrecord`: the shard file name every writer and reader uses."""
+  return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
+
+
+def reason_code(reason):
+  """The code that starts a rejected.csv reason."""
+  return reason.split(":", 1)[0]
+
+
+class RejectedInput(Exception):
+  """An input that cannot be written; `reason` is one of the codes above."""
+
+  def __init__(self, reason, detail=""):
+    super().__init__(f"{reason}: {detail}" if detail else reason)
+    self.reason = reason
+
+
+class InputItem(typing.NamedTuple):
+  """One input file and where its record goes."""
+  path: str
+  label: int
+  class_name: str
+  split: str
+  shard: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Everything the pipeline needs, resolved from the flags before it runs.
+
+  Attributes:
+    labels: class names in label order.
+    items: the InputItems to read, each with its split and shard.
+    rejected: (path, reason) rows rejected before reading (e.g. CSV rows).
+    output_dir: where shards, labels.txt, rejected.csv and manifest.json go.
+    num_shards: {split: number of shards}; 0 for a split with no inputs.
+    max_size: if set, images whose long side is larger are downsized to it.
+    settings: the flags used, recorded in the manifest.
+  """
+  labels: tuple
+  items: tuple
+  rejected: tuple
+  output_dir: str
+  num_shards: dict
+  max_size: typing.Optional[int] = None
+  settings: dict = dataclasses.field(default_factory=dict)

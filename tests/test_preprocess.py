@@ -1,0 +1,167 @@
+"""End-to-end tests of preprocess.py, run as a user runs it (a subprocess)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import flags
+import pytest
+import tensorflow as tf
+
+import conftest
+from estimator_tpu import features
+from estimator_tpu import preprocess_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREPROCESS = os.path.join(ROOT, "preprocess.py")
+
+
+def _start(*args):
+  return subprocess.Popen([sys.executable, PREPROCESS, *args], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def _finish(proc):
+  out, err = proc.communicate(timeout=300)
+  return proc.returncode, out, err
+
+
+def _run(*args):
+  return _finish(_start(*args))
+
+
+def _error_line(err):
+  """The single `preprocess.py: error:` line of stderr (TF may log more)."""
+  lines = [l for l in err.splitlines() if l.startswith("preprocess.py: ")]
+  assert len(lines) == 1, err
+  return lines[0]
+
+
+@pytest.fixture(scope="module")
+def first_run(image_folder, tmp_path_factory):
+  out = str(tmp_path_factory.mktemp("e2e") / "data")
+  code, stdout, stderr = _run(f"--input_dir={image_folder}",
+                              f"--output_dir={out}", "--num_shards=2",
+                              "--validation_fraction=0.25")
+  assert code == 0, stderr
+  return out, stdout
+
+
+def test_writes_a_complete_dataset_and_a_summary(first_run):
+  out, stdout = first_run
+  with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+    manifest = json.load(f)
+  train, validation = manifest["splits"]["train"], manifest["splits"][
+      "validation"]
+  assert train["count"] + validation["count"] == 27
+  assert manifest["rejected"]["count"] == 4
+  assert manifest["labels"] == conftest.IMAGE_FOLDER_CLASSES
+  assert manifest["flags"]["num_shards"] == 2
+  assert manifest["flags"]["pipeline_args"] == []
+  assert sorted(os.listdir(out)) == sorted(
+      ["labels.txt", "manifest.json", "rejected.csv"]
+      + train["shards"] + validation["shards"])
+  assert f"  train       {train['count']:>9,} images in 2 shard(s)" in stdout
+  assert "rejected            4  (see rejected.csv)" in stdout
+  assert f"output      {out}" in stdout
+  dataset = tf.data.TFRecordDataset(
+      [os.path.join(out, n) for n in train["shards"]]).map(
+          features.parse_example)
+  labels = [int(r["label"]) for r in dataset]
+  assert len(labels) == train["count"] and set(labels) == {0, 1, 2}
+
+
+@pytest.fixture(scope="module")
+def error_runs(first_run, image_folder, tmp_path_factory):
+  """Every failing invocation at once (each pays TensorFlow's import)."""
+  tmp = tmp_path_factory.mktemp("errors")
+  junk = tmp / "junk" / "cat"
+  os.makedirs(junk)
+  (junk / "a.jpg").write_text("not an image")
+  cases = {
+      "missing": ([f"--input_dir={tmp}/nope", f"--output_dir={tmp}/o1"],
+                  f"--input_dir={tmp}/nope does not exist", f"{tmp}/o1"),
+      "both": ([f"--input_dir={image_folder}", f"--input_csv={tmp}/x.csv",
+                f"--output_dir={tmp}/o2"], "give exactly one of", f"{tmp}/o2"),
+      "neither": ([f"--output_dir={tmp}/o3"], "(got neither)", f"{tmp}/o3"),
+      "no_images": ([f"--input_dir={tmp}/junk", f"--output_dir={tmp}/o4"],
+                    "no valid image among 1 inputs", f"{tmp}/o4"),
+      "existing": ([f"--input_dir={image_folder}",
+                    f"--output_dir={first_run[0]}"],
+                   f"--output_dir={first_run[0]} already holds a dataset "
+                   "(manifest.json); pass --overwrite", None),
+      "typo": ([f"--input_dir={image_folder}", f"--output_dir={tmp}/o5",
+                "--validation_fractoin=0.5"],
+               "unknown flag --validation_fractoin: neither a preprocess.py "
+               "flag nor a Beam pipeline option; did you mean "
+               "--validation_fraction?", f"{tmp}/o5"),
+      "fraction": ([f"--input_dir={image_folder}", f"--output_dir={tmp}/o6",
+                    "--validation_fraction=2"],
+                   "--validation_fraction=2.0 must be >= 0 and < 1",
+                   f"{tmp}/o6"),
+  }
+  procs = {name: _start(*args) for name, (args, _, _) in cases.items()}
+  return {name: (_finish(proc), cases[name][1], cases[name][2])
+          for name, proc in procs.items()}
+
+
+@pytest.mark.parametrize("case", ["missing", "both", "neither", "no_images",
+                                  "existing", "typo", "fraction"])
+def test_errors_exit_2_with_one_line_and_write_nothing(error_runs, case):
+  (code, stdout, stderr), message, output_dir = error_runs[case]
+  assert code == 2, stderr
+  line = _error_line(stderr)
+  assert line.startswith("preprocess.py: error: ") and message in line
+  assert "done" not in stdout
+  if output_dir:
+    assert not os.path.exists(output_dir)
+
+
+def test_existing_dataset_is_left_alone(error_runs, first_run):
+  del error_runs  # Ran against first_run's output.
+  with open(os.path.join(first_run[0], "manifest.json"), encoding="utf-8") as f:
+    assert json.load(f)["flags"]["num_shards"] == 2
+
+
+def test_overwrite_replaces_the_dataset(image_folder, tmp_path):
+  out = str(tmp_path / "data")
+  os.makedirs(out)
+  for name in ("manifest.json", "train-00000-of-00009.tfrecord", "mine.txt"):
+    with open(os.path.join(out, name), "w") as f:
+      f.write("old")
+  code, _, stderr = _run(f"--input_dir={image_folder}", f"--output_dir={out}",
+                         "--overwrite", "--validation_fraction=0",
+                         "--direct_num_workers=1")
+  assert code == 0, stderr
+  assert sorted(os.listdir(out)) == [
+      "labels.txt", "manifest.json", "mine.txt", "rejected.csv",
+      "train-00000-of-00001.tfrecord"]
+  with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+    manifest = json.load(f)
+  assert manifest["splits"]["train"]["count"] == 27
+  assert manifest["flags"]["pipeline_args"] == ["--direct_num_workers=1"]
+
+
+def test_default_beam_options_use_every_core_with_threads():
+  assert preprocess_flags.with_defaults([]) == [
+      "--default_sdk_harness_log_level=ERROR", "--direct_num_workers=0",
+      "--direct_running_mode=multi_threading"]
+  for given in (["--runner=DataflowRunner"], ["--runner", "FlinkRunner"],
+                ["--direct_running_mode=multi_processing"]):
+    assert preprocess_flags.with_defaults(given)[:len(given)] == given
+    assert "--direct_num_workers=0" not in preprocess_flags.with_defaults(
+        given)
+
+
+def test_beam_options_pass_and_typos_do_not():
+  flag_values = flags.FlagValues()
+  preprocess_flags.define_flags(flag_values)
+  beam_args = ["--runner", "DataflowRunner", "--project=p", "--region=r",
+               "--temp_location=gs://b/tmp", "--num_workers=8",
+               "--flink_master=localhost:8081", "--direct_num_workers=2"]
+  assert preprocess_flags.unknown_args(beam_args, flag_values) == []
+  assert preprocess_flags.unknown_args(["--max_sise=9"], flag_values) == [
+      "unknown flag --max_sise: neither a preprocess.py flag nor a Beam "
+      "pipeline option; did you mean --max_size?"]
