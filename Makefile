@@ -1,24 +1,42 @@
 # The two commands a fresh machine needs: `make demo` and `make test`.
-PYTHON ?= python3.11
-VENV := .venv
+# STACK=current (default): Python 3.12, TensorFlow 2.21 + tf-estimator-nightly, in .venv.
+# STACK=tf2.15: Python 3.11, TensorFlow 2.15.1 + tensorflow-estimator 2.15.0, in .venv-tf2.15.
+STACK ?= current
+ifeq ($(STACK),current)
+  PYTHON_VERSION := 3.12
+  VENV := .venv
+else ifeq ($(STACK),tf2.15)
+  PYTHON_VERSION := 3.11
+  VENV := .venv-tf2.15
+else
+  $(error STACK=$(STACK) is not a stack: use STACK=current (the default) or STACK=tf2.15)
+endif
+LOCK := requirements/$(STACK).lock
 PY := $(VENV)/bin/python
-DEMO := demo_output
+DEMO := demo_output$(if $(filter current,$(STACK)),,-$(STACK))
 # Keep TensorFlow's C++ log noise out of what the user reads.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test install clean
+.PHONY: demo test lint install clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.lock pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+# A venv of another Python version (an older checkout's .venv) is made anew.
+$(VENV)/.installed: $(LOCK) pyproject.toml
+	@python=$${PYTHON:-$$(scripts/find_python.sh $(PYTHON_VERSION))} || exit 1; \
+	if ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(PYTHON_VERSION))))' 2>/dev/null; then \
+	  rm -rf $(VENV) && echo "creating $(VENV) with $$python" && $$python -m venv $(VENV) || exit 1; \
+	fi
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(LOCK)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
-	$(PY) -m pip check
+	scripts/pip_check.sh $(PY)
 	touch $@
 
 test: install
 	$(PY) -m pytest -q tests
+
+lint: install
+	$(PY) -m ruff check .
 
 # The whole workflow on the bundled digits: JPEG folders -> Beam -> TFRecords ->
 # TPUEstimator on CPU (exact eval each 200 steps) -> SavedModel -> batch predictions.
@@ -33,4 +51,6 @@ demo: install
 	  --input='$(DEMO)/data/validation-*' --output=$(DEMO)/predictions.csv
 
 clean:
-	rm -rf $(DEMO)
+	rm -rf demo_output demo_output-*
+
+comma := ,

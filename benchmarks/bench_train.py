@@ -36,9 +36,10 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from estimator_tpu import model  # pylint: disable=g-import-not-at-top
 from estimator_tpu import optimization  # pylint: disable=g-import-not-at-top
+from estimator_tpu import stacks
 
 
-class ExecutionTimer(tf.keras.callbacks.Callback):
+class ExecutionTimer(stacks.keras.callbacks.Callback):
   """Records {last step index: clocks()} after every train_function execution."""
 
   def __init__(self):
@@ -63,9 +64,9 @@ def build_keras(config):
       network.trainable_variables, params["weight_decay"]))
   lr = float(optimization.learning_rate(tf.constant(0, tf.int64), params))
   network.compile(
-      optimizer=tf.keras.optimizers.SGD(lr, momentum=params["momentum"],
+      optimizer=stacks.keras.optimizers.SGD(lr, momentum=params["momentum"],
                                         nesterov=True),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      loss=stacks.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       metrics=["accuracy"],
       steps_per_execution=params["iterations_per_loop"],
       jit_compile=False)

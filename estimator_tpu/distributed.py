@@ -2,7 +2,7 @@
 
 TPUEstimator cannot take a strategy, so --strategy=mirrored (all local GPUs)
 and --strategy=multi_worker (a TF_CONFIG cluster) run a plain
-tf.compat.v1.estimator.Estimator. DistributedEstimator wraps it so that it
+stacks.estimator.Estimator. DistributedEstimator wraps it so that it
 takes the same model_fn and input_fns, and offers the same train / evaluate
 / predict, as the TPUEstimator.
 """
@@ -16,11 +16,12 @@ import warnings
 import tensorflow as tf
 
 from estimator_tpu import config as config_lib
+from estimator_tpu import stacks
 
 KEEP_CHECKPOINTS = 5
 TF_CONFIG = "TF_CONFIG"
 CHIEF_CHECKPOINT_TIMEOUT_SECS = 600
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stacks.ModeKeys
 
 
 def local_devices():
@@ -113,13 +114,13 @@ def build_distributed_estimator(config, params, model_fn):
 
 
 def build_distributed_run_config(config, strategy):
-  """A tf.compat.v1.estimator.RunConfig that trains (and evaluates) under strategy.
+  """A stacks.estimator.RunConfig that trains (and evaluates) under strategy.
 
   Multi-worker runs evaluate in a separate --mode=eval job, without a strategy.
   """
   t, r = config.train, config.runtime
   eval_strategy = strategy if r.strategy == "mirrored" else None
-  return tf.compat.v1.estimator.RunConfig(
+  return stacks.estimator.RunConfig(
       model_dir=r.model_dir,
       save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
       keep_checkpoint_max=KEEP_CHECKPOINTS,
@@ -155,7 +156,7 @@ def _no_host_call(*unused_tensors):
 
 
 def as_estimator_model_fn(model_fn, batch_sizes):
-  """Adapts a TPUEstimator model_fn to a tf.compat.v1.estimator.Estimator.
+  """Adapts a TPUEstimator model_fn to a stacks.estimator.Estimator.
 
   Args:
     model_fn: model_fn(features, labels, mode, params[, config]) returning a
@@ -179,12 +180,12 @@ def as_estimator_model_fn(model_fn, batch_sizes):
       params["model_dir"] = os.path.join(
           params["model_dir"], f"tmp_{config.task_type}_{config.task_id}")
     spec = call_model_fn(model_fn, features, labels, mode, params, config)
-    if not isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
+    if not isinstance(spec, stacks.tpu.TPUEstimatorSpec):
       return spec
     if spec.host_call is not None and not _is_first_local_replica():
       # Same hook structure on every replica, but no second summary writer.
       # Every worker keeps its own: variables are created on all of them.
-      spec = tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+      spec = stacks.tpu.TPUEstimatorSpec(
           **dict(spec._asdict(), host_call=(_no_host_call, [])))
     return spec.as_estimator_spec()
 
@@ -235,7 +236,7 @@ class DistributedEstimator:
                          ModeKeys.EVAL: eval_batch_size,
                          ModeKeys.PREDICT: eval_batch_size}
     self._trained_to = None
-    self.estimator = tf.compat.v1.estimator.Estimator(
+    self.estimator = stacks.estimator.Estimator(
         model_fn=as_estimator_model_fn(model_fn, self._batch_sizes),
         config=config, params=params, warm_start_from=warm_start_from)
 
@@ -260,11 +261,11 @@ class DistributedEstimator:
       wait_for_checkpoint(self.estimator.model_dir, self._trained_to)
     # Estimator.train refuses TF_CONFIG clusters; train_and_evaluate runs the
     # distribute coordinator, which trains a copy configured for this worker.
-    tf.compat.v1.estimator.train_and_evaluate(
+    stacks.estimator.train_and_evaluate(
         self.estimator,
-        tf.estimator.TrainSpec(input_fn, max_steps=max_steps, hooks=hooks,
+        stacks.estimator.TrainSpec(input_fn, max_steps=max_steps, hooks=hooks,
                                saving_listeners=saving_listeners),
-        tf.estimator.EvalSpec(input_fn, steps=None))  # never run: no evaluator task
+        stacks.estimator.EvalSpec(input_fn, steps=None))  # never run: no evaluator task
     self._trained_to = max_steps
     return self
 

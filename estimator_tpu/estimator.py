@@ -3,7 +3,7 @@
 --strategy=none (the default) gives a TPUEstimator: the model_fn runs on the
 host CPU/GPU, or with --use_tpu on every TPU core. --strategy=mirrored (all
 local GPUs) and --strategy=multi_worker (a TF_CONFIG cluster) give a plain
-tf.compat.v1.estimator.Estimator, because TPUEstimator cannot take a
+stacks.estimator.Estimator, because TPUEstimator cannot take a
 strategy. Both run the same TPUEstimator model_fn and input_fns, and both
 offer train/evaluate/predict, so loop.py does not know which it drives.
 """
@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from estimator_tpu import distributed
 from estimator_tpu import model_fn as model_fn_lib
+from estimator_tpu import stacks
 
 KEEP_CHECKPOINTS = distributed.KEEP_CHECKPOINTS
 
@@ -28,7 +29,7 @@ def tpu_cluster_resolver(runtime):
 
 
 def build_run_config(config, resolver_fn=tpu_cluster_resolver):
-  """The tf.estimator.tpu.RunConfig for config.
+  """The stacks.estimator.tpu.RunConfig for config.
 
   Args:
     config: a validated Config.
@@ -37,18 +38,18 @@ def build_run_config(config, resolver_fn=tpu_cluster_resolver):
   """
   t, r = config.train, config.runtime
   cluster = resolver_fn(r) if r.use_tpu else None
-  return tf.compat.v1.estimator.tpu.RunConfig(
+  return stacks.tpu.RunConfig(
       cluster=cluster,
       model_dir=r.model_dir,
       save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
       keep_checkpoint_max=KEEP_CHECKPOINTS,
       tf_random_seed=t.seed or None,
       log_step_count_steps=r.iterations_per_loop,
-      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
+      tpu_config=stacks.tpu.TPUConfig(
           iterations_per_loop=r.iterations_per_loop,
           num_shards=r.num_cores if r.use_tpu else None,
           per_host_input_for_training=(
-              tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
+              stacks.tpu.InputPipelineConfig.PER_HOST_V2)))
 
 
 def build_params(config, class_names=None):
@@ -81,7 +82,7 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
   warm_start = t.warm_start_from or None
   if r.strategy != "none":
     return distributed.build_distributed_estimator(config, params, model_fn)
-  return tf.compat.v1.estimator.tpu.TPUEstimator(
+  return stacks.tpu.TPUEstimator(
       model_fn=model_fn,
       config=build_run_config(config, resolver_fn),
       params=params,

@@ -26,6 +26,7 @@ from estimator_tpu import datasets
 from estimator_tpu import input_pipeline
 from estimator_tpu import model_fn as model_fn_lib
 from estimator_tpu import preprocessing
+from estimator_tpu import stacks
 
 IMAGE_BYTES = "image_bytes"
 IMAGES = "images"
@@ -77,7 +78,7 @@ def make_serving_input_receiver_fn(image_size):
     images = tf.compat.v1.placeholder_with_default(
         decode_batch(image_bytes, image_size), [None, image_size, image_size, 3],
         name=IMAGES)
-    return tf.estimator.export.ServingInputReceiver(
+    return stacks.estimator.export.ServingInputReceiver(
         {input_pipeline.IMAGE_KEY: images}, {IMAGE_BYTES: image_bytes},
         receiver_tensors_alternatives={PREDICT_IMAGES_SIGNATURE: {IMAGES: images}})
 

@@ -11,10 +11,12 @@ import math
 
 import tensorflow as tf
 
+from estimator_tpu import stacks
+
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
 RESNET_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3)}
-layers = tf.keras.layers
+layers = stacks.keras.layers
 
 
 class ConvBN(layers.Layer):
@@ -50,7 +52,7 @@ class Head(layers.Layer):
     return tf.cast(self.dense(x), tf.float32)
 
 
-class FlowersCNN(tf.keras.Model):
+class FlowersCNN(stacks.keras.Model):
   """The Cloud TPU flowers-style CNN: [conv-BN-ReLU x2, max-pool] blocks.
 
   Blocks halve the resolution down to about 4 pixels (at most 5 blocks);
@@ -100,7 +102,7 @@ class ResidualBlock(layers.Layer):
     return tf.nn.relu(x + shortcut)
 
 
-class ResNet(tf.keras.Model):
+class ResNet(stacks.keras.Model):
   """ResNet v1.5 of depth 18, 34 or 50 (bottleneck blocks for 50)."""
 
   def __init__(self, num_classes, depth=50, dropout_rate=0.0, **kwargs):
@@ -129,7 +131,7 @@ class ResNet(tf.keras.Model):
     return self.head(x, training)
 
 
-class Tiny(tf.keras.Model):
+class Tiny(stacks.keras.Model):
   """One strided conv layer and a classifier: for tests that need a network, not accuracy."""
 
   def __init__(self, num_classes, dropout_rate=0.0, **kwargs):
@@ -142,7 +144,7 @@ class Tiny(tf.keras.Model):
 
 
 def build_network(params, use_bfloat16=False):
-  """The network named by params['model'] as an uncalled tf.keras.Model.
+  """The network named by params['model'] as an uncalled stacks.keras.Model.
 
   Args:
     params: dict with `model`, `image_size`, `num_label_classes`,

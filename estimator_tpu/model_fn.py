@@ -11,8 +11,9 @@ from estimator_tpu import input_pipeline
 from estimator_tpu import metrics
 from estimator_tpu import model
 from estimator_tpu import optimization
+from estimator_tpu import stacks
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stacks.ModeKeys
 
 PROBABILITIES = "probabilities"
 CLASSID = "classid"
@@ -103,7 +104,7 @@ def _train_spec(labels, logits, params):
   with tf.control_dependencies(update_ops):
     train_op = optimizer.minimize(loss, global_step=global_step)
   correct = tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels)
-  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+  return stacks.tpu.TPUEstimatorSpec(
       mode=ModeKeys.TRAIN, loss=loss, train_op=train_op,
       host_call=_host_call(global_step, loss, lr, correct, params))
 
@@ -121,7 +122,7 @@ def _eval_spec(labels, logits, weights, params):
   if weights is None:
     weights = tf.ones_like(labels, tf.float32)
   loss = classification_loss(labels, logits, weights, params)
-  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+  return stacks.tpu.TPUEstimatorSpec(
       mode=ModeKeys.EVAL, loss=loss,
       eval_metrics=(make_metric_fn(params["num_label_classes"]),
                     [labels, logits, weights]))
@@ -137,9 +138,9 @@ def _predict_spec(logits, params):
   # String tensors cannot live on a TPU: names are added only off TPU.
   if class_names and not params.get("use_tpu"):
     predictions[CLASS] = tf.gather(tf.constant(list(class_names)), predictions[CLASSID])
-  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+  return stacks.tpu.TPUEstimatorSpec(
       mode=ModeKeys.PREDICT, predictions=predictions,
-      export_outputs={SERVING_KEY: tf.estimator.export.PredictOutput(predictions)})
+      export_outputs={SERVING_KEY: stacks.estimator.export.PredictOutput(predictions)})
 
 
 def model_fn(features, labels, mode, params):
@@ -150,7 +151,7 @@ def model_fn(features, labels, mode, params):
       batch] when params['transpose_input']), or a dict with `image` and,
       in evaluation, `weight` [batch] (0 for padding).
     labels: int32 [batch], 0-based; None in PREDICT mode.
-    mode: a tf.estimator.ModeKeys value.
+    mode: a stacks.ModeKeys value.
     params: the dict of Config.to_params(), plus `batch_size`, `use_tpu` and
       `class_names` set by the estimator.
 

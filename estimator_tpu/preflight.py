@@ -17,13 +17,14 @@ from estimator_tpu import flags as flags_lib
 from estimator_tpu import loop
 from estimator_tpu import runner
 from estimator_tpu import tpu_checks
+from estimator_tpu import stacks
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 BATCH_MULTIPLE = 8
 WIDTH_MULTIPLE = 8
 LARGE_WIDTH_MULTIPLE = 128
 LARGE_FAN_IN = 1024
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stacks.ModeKeys
 
 
 @dataclasses.dataclass(frozen=True)

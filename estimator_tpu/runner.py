@@ -14,6 +14,7 @@ from estimator_tpu import flags as flags_lib
 from estimator_tpu import input_pipeline
 from estimator_tpu import metrics
 from estimator_tpu import model_fn as model_fn_lib
+from estimator_tpu import stacks
 
 
 def quiet_tensorflow():
@@ -62,12 +63,12 @@ def with_eval_count(user_model_fn):
     spec = user_model_fn(features, labels, mode, params, **kwargs)
     weights = features.get(input_pipeline.WEIGHT_KEY) if isinstance(features, dict) else None
     eval_metrics = getattr(spec, "eval_metrics", None)
-    if mode != tf.estimator.ModeKeys.EVAL or weights is None or not eval_metrics:
+    if mode != stacks.ModeKeys.EVAL or weights is None or not eval_metrics:
       return spec
     # Rebuilt, not _replace()d: TPUEstimatorSpec records its host calls when
     # constructed.
     fields = dict(spec._asdict(), eval_metrics=_count_metric_fn(*eval_metrics, weights))
-    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(**fields)
+    return stacks.tpu.TPUEstimatorSpec(**fields)
 
   return model_fn
 
@@ -166,7 +167,7 @@ def build(config, **kwargs):
   random module, not the graph seed) are seeded too, so weights repeat.
   """
   if config.train.seed:
-    tf.keras.utils.set_random_seed(config.train.seed)
+    stacks.keras.utils.set_random_seed(config.train.seed)
   return estimator_lib.build_estimator(
       config, class_names=config.data.class_names,
       model_fn=load_model_fn(config.model.model_fn), **kwargs)

@@ -19,8 +19,9 @@ from tensorflow.python.tpu.ops import tpu_ops
 from tensorflow_estimator.python.estimator.tpu import error_handling
 
 from estimator_tpu import distributed
+from estimator_tpu import stacks
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stacks.ModeKeys
 XLA_COMPILE_ATTR = "_xla_compile_id"
 PY_FUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 # Ops that may touch strings without putting a string tensor on the TPU.

@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from estimator_tpu import model_fn as model_fn_lib
+from estimator_tpu import stacks
 
 
 def rotating_model_fn(features, labels, mode, params):
@@ -11,8 +12,8 @@ def rotating_model_fn(features, labels, mode, params):
   RandomRotation runs ImageProjectiveTransformV3, which XLA cannot compile,
   so a TPU cannot run this model; preflight must say so.
   """
-  rotate = tf.keras.layers.RandomRotation(0.1, name="augment_rotation")
-  images = rotate(features["image"], training=mode == tf.estimator.ModeKeys.TRAIN)
+  rotate = stacks.keras.layers.RandomRotation(0.1, name="augment_rotation")
+  images = rotate(features["image"], training=mode == stacks.ModeKeys.TRAIN)
   return model_fn_lib.model_fn(dict(features, image=images), labels, mode, params)
 
 

@@ -27,11 +27,12 @@ from estimator_tpu import estimator as estimator_lib
 from estimator_tpu import input_pipeline
 from estimator_tpu import model
 from estimator_tpu import model_fn as model_fn_lib
+from estimator_tpu import stacks
 
 from conftest import IMAGE_SIZE, NUM_EVAL, tiny_config
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stacks.ModeKeys
 REPO_DIR = os.path.dirname(TESTS_DIR)
 STEPS = 6
 GLOBAL_BATCH = 16
@@ -50,8 +51,8 @@ def _env(**extra):
 def _softmax_regression(params, use_bfloat16=False):
   """A network with no batch norm: [batch, h, w, 3] -> logits [batch, classes]."""
   del use_bfloat16
-  return tf.keras.Sequential([tf.keras.layers.Flatten(),
-                              tf.keras.layers.Dense(params["num_label_classes"])])
+  return stacks.keras.Sequential([stacks.keras.layers.Flatten(),
+                              stacks.keras.layers.Dense(params["num_label_classes"])])
 
 
 def _child(strategy, devices, data_dir, model_dir):
@@ -59,7 +60,7 @@ def _child(strategy, devices, data_dir, model_dir):
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration()] * int(devices))
-  tf.keras.utils.set_random_seed(SEED)  # Keras initializers draw Python random seeds
+  stacks.keras.utils.set_random_seed(SEED)  # Keras initializers draw Python random seeds
   # Batch norm normalizes by per-replica statistics (8 examples, not 16), a
   # real but expected difference; without it the two runs must agree closely.
   model.build_network = _softmax_regression
@@ -196,7 +197,7 @@ def test_mirrored_strategy_gives_an_estimator_with_the_strategy(tmp_path):
   config = tiny_config(tmp_path, train_batch_size=16).replace("runtime", strategy="mirrored")
   estimator = estimator_lib.build_estimator(config)
   assert isinstance(estimator, distributed.DistributedEstimator)
-  assert isinstance(estimator.estimator, tf.compat.v1.estimator.Estimator)
+  assert isinstance(estimator.estimator, stacks.estimator.Estimator)
   strategy = estimator.config.train_distribute
   assert isinstance(strategy, tf.distribute.MirroredStrategy)
   assert isinstance(estimator.config.eval_distribute, tf.distribute.MirroredStrategy)
@@ -237,14 +238,14 @@ def test_estimator_model_fn_turns_host_call_and_eval_metrics_into_estimator_spec
   params = tiny_config(tmp_path, train_batch_size=8, eval_batch_size=8).to_params()
   wrapped = distributed.as_estimator_model_fn(
       model_fn_lib.model_fn, {ModeKeys.TRAIN: 8, ModeKeys.EVAL: 8})
-  run_config = tf.compat.v1.estimator.RunConfig(model_dir=str(tmp_path))
+  run_config = stacks.estimator.RunConfig(model_dir=str(tmp_path))
   with tf.Graph().as_default():
     features = {"image": tf.zeros([8, IMAGE_SIZE, IMAGE_SIZE, 3]),
                 "weight": tf.ones([8])}
     labels = tf.zeros([8], tf.int32)
     train = wrapped(features, labels, ModeKeys.TRAIN, params, run_config)
     evaluation = wrapped(features, labels, ModeKeys.EVAL, params, run_config)
-  assert isinstance(train, tf.estimator.EstimatorSpec)
+  assert isinstance(train, stacks.estimator.EstimatorSpec)
   assert [type(h).__name__ for h in train.training_hooks] == ["_OutfeedHostCallHook"]
   assert {"accuracy", "macro_f1", "eval_loss", "num_eval_examples"} <= set(
       evaluation.eval_metric_ops)

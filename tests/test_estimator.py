@@ -9,11 +9,12 @@ from estimator_tpu import estimator as estimator_lib
 from estimator_tpu import input_pipeline
 from estimator_tpu import model_fn as model_fn_lib
 from estimator_tpu import tpu_checks
+from estimator_tpu import stacks
 
 from conftest import IMAGE_SIZE, NUM_EVAL, tiny_config
 
-ModeKeys = tf.estimator.ModeKeys
-InputPipelineConfig = tf.compat.v1.estimator.tpu.InputPipelineConfig
+ModeKeys = stacks.ModeKeys
+InputPipelineConfig = stacks.tpu.InputPipelineConfig
 
 
 def _tpu_config(model_dir, **runtime):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from estimator_tpu import stacks
 from estimator_tpu import testing
 from examples.legacy_tpu_model import main
 from examples.legacy_tpu_model import model
@@ -74,7 +75,7 @@ def test_host_call_wrote_contrib_summaries(run):
 
 def test_input_fn_batches_have_static_shapes(run):
   input_fn = model.make_input_fn(os.path.join(run["data_dir"], "train-*"),
-                                 tf.estimator.ModeKeys.TRAIN)
+                                 stacks.ModeKeys.TRAIN)
   dataset = input_fn({"batch_size": 4})
   images, labels = next(iter(dataset))
   assert images.shape == (4, 32, 32, 3) and images.dtype == tf.float32
@@ -84,8 +85,8 @@ def test_input_fn_batches_have_static_shapes(run):
   assert set(labels.numpy().tolist()) <= set(range(10))
 
 
-@pytest.mark.parametrize("mode", [tf.estimator.ModeKeys.TRAIN,
-                                  tf.estimator.ModeKeys.EVAL])
+@pytest.mark.parametrize("mode", [stacks.ModeKeys.TRAIN,
+                                  stacks.ModeKeys.EVAL])
 def test_model_fn_accepts_project_style_dict_features(mode):
   params = {"num_label_classes": 10, "use_tpu": False, "batch_size": 4}
   with tf.Graph().as_default():
@@ -94,7 +95,7 @@ def test_model_fn_accepts_project_style_dict_features(mode):
                 "weight": tf.constant([1.0, 1.0, 1.0, 0.0])}
     spec = model.model_fn(features, tf.constant([0, 1, 2, 3]), mode, params)
   assert spec.loss.shape == ()
-  if mode == tf.estimator.ModeKeys.TRAIN:
+  if mode == stacks.ModeKeys.TRAIN:
     assert spec.train_op is not None and spec.host_call is None
   else:
     metric_fn, tensors = spec.eval_metrics

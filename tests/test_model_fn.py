@@ -6,10 +6,11 @@ import tensorflow as tf
 
 from estimator_tpu import input_pipeline
 from estimator_tpu import model_fn as model_fn_lib
+from estimator_tpu import stacks
 
 from conftest import tiny_config
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stacks.ModeKeys
 
 
 def _params(tmp_path, **overrides):
@@ -40,7 +41,7 @@ def _spec(mode, params, features=None, labels=None):
 @pytest.mark.parametrize("mode", [ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT])
 def test_every_mode_returns_a_tpu_estimator_spec(tmp_path, mode):
   _, spec = _spec(mode, _params(tmp_path))
-  assert isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec)
+  assert isinstance(spec, stacks.tpu.TPUEstimatorSpec)
   assert spec.mode == mode
   if mode == ModeKeys.TRAIN:
     assert spec.train_op is not None and spec.host_call is not None

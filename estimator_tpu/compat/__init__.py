@@ -2,7 +2,7 @@
 
 `tf` is `tf.compat.v1` (every attribute falls through to it) plus a
 `tf.contrib` namespace: each name legacy TPU code used is mapped to its
-TF 2.15 home, re-implemented faithfully, or refused with an AttributeError
+TF 2 home, re-implemented faithfully, or refused with an AttributeError
 that says what to use instead. docs/MIGRATING.md lists them all.
 
 Nothing is imported until first use: `tf.contrib.tpu.TPUEstimator` imports

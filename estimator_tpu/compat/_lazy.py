@@ -17,17 +17,17 @@ Entry = collections.namedtuple("Entry", ["kind", "target", "note"])
 
 
 def mapped(target, note=""):
-  """A name whose TF 2.15 home behaves as the TF 1 original did."""
+  """A name whose TF 2 home behaves as the TF 1 original did."""
   return Entry(MAPPED, target, note)
 
 
 def reimplemented(target, note):
-  """A name TF 2.15 removed or changed, implemented here faithfully."""
+  """A name TF 2 removed or changed, implemented here faithfully."""
   return Entry(REIMPLEMENTED, target, note)
 
 
 def refused(instead):
-  """A name TF 2.15 has in no form; `instead` says what to use."""
+  """A name TF 2 has in no form; `instead` says what to use."""
   return Entry(REFUSED, None, instead)
 
 
@@ -45,16 +45,18 @@ def display_target(target):
   module_name, _, attr_path = target.partition(":")
   if module_name == "tensorflow":
     return "tf." + attr_path
+  if module_name == "tensorflow_estimator":
+    return "tf.compat.v1." + attr_path
   return ".".join(filter(None, [module_name, attr_path]))
 
 
 def refused_message(path, instead):
-  return (f"{path} is not available in TF 2.15 and estimator_tpu.compat does "
+  return (f"{path} is not available in TF 2 and estimator_tpu.compat does "
           f"not provide it: {instead} (see {MIGRATING_DOC}).")
 
 
 def unknown_message(path):
-  return (f"{path} is not provided by estimator_tpu.compat: TF 2.15 has no "
+  return (f"{path} is not provided by estimator_tpu.compat: TF 2 has no "
           f"tf.contrib. Look up its TF 2 replacement in {MIGRATING_DOC}, or use "
           f"the tf.compat.v1 / tf.* name directly.")
 
@@ -108,6 +110,9 @@ class CompatTF(types.ModuleType):
       raise AttributeError(name)
     if name == "contrib":
       value = Namespace("tf.contrib", self._contrib_entries)
+    elif name == "estimator":
+      # TF >= 2.16 has no tf.estimator: the estimator package's TF 1 namespace.
+      value = importlib.import_module("estimator_tpu.stacks").estimator
     else:
       value = _v1_attribute(name)
     setattr(self, name, value)
@@ -115,7 +120,7 @@ class CompatTF(types.ModuleType):
 
   def __dir__(self):
     return sorted(set(dir(importlib.import_module("tensorflow.compat.v1")))
-                  | {"contrib"})
+                  | {"contrib", "estimator"})
 
 
 def _v1_attribute(name):
@@ -124,5 +129,5 @@ def _v1_attribute(name):
     return getattr(v1, name)
   except AttributeError:
     raise AttributeError(
-        f"tf.{name} is not in tf.compat.v1 of TF 2.15; look for it under "
+        f"tf.{name} is not in tf.compat.v1 of TF {v1.__version__}; look for it under "
         f"tf.compat.v2 or in {MIGRATING_DOC}.") from None

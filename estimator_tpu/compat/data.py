@@ -1,4 +1,4 @@
-"""tf.contrib.data transformations TF 2.15 removed, for use with `Dataset.apply`.
+"""tf.contrib.data transformations TF 2 removed, for use with `Dataset.apply`.
 
 Each function returns `lambda dataset: ...`, as the originals did. The ones TF
 2.15 still has (map_and_batch, parallel_interleave, shuffle_and_repeat, ...)

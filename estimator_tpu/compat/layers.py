@@ -1,4 +1,4 @@
-"""tf.contrib.layers functions TPU models used that have no TF 2.15 twin.
+"""tf.contrib.layers functions TPU models used that have no TF 2 twin.
 
 layer_norm keeps TF 1's variable names ("LayerNorm/beta", "LayerNorm/gamma")
 and epsilon, so BERT-era checkpoints restore into it; the initializers and

@@ -12,11 +12,11 @@ from estimator_tpu.compat._lazy import reimplemented
 
 _C = "estimator_tpu.compat."
 _V1_TPU = "tensorflow:compat.v1.tpu."
-_EST_TPU = "tensorflow:compat.v1.estimator.tpu."
+_EST_TPU = "tensorflow_estimator:estimator.tpu."
 _DATA = "tensorflow:compat.v1.data.experimental."
 _LOOKUP_OPS = "tensorflow.python.ops.lookup_ops:"
 _SUMMARY_V2 = "tensorflow.python.ops.summary_ops_v2:"
-_EST_EXP = "tensorflow:compat.v1.estimator.experimental."
+_EST_EXP = "tensorflow_estimator:estimator.experimental."
 _SUMMARY_NOTE = ("TF-internal module tf.contrib.summary re-exported in 1.15; "
                  "records only under always_record_summaries() or "
                  "record_summaries_every_n_global_steps(); step defaults to "
@@ -56,9 +56,11 @@ TPU = {
                          "TF-internal module; same function."),
     "InfeedQueue": mapped("tensorflow.python.tpu.tpu_feed:InfeedQueue",
                           "TF-internal module; same class."),
-    "AsyncCheckpointSaverHook": mapped(
-        "tensorflow.python.tpu.async_checkpoint:AsyncCheckpointSaverHook",
-        "TF-internal module; same class."),
+    "AsyncCheckpointSaverHook": reimplemented(
+        _C + "checkpoint_hooks:AsyncCheckpointSaverHook",
+        "CheckpointSaverHook's files, cadence and listeners, saved in the "
+        "training thread: TF 2.15's background save fails on resource "
+        "variables and TF 2.16 removed the class."),
     "DeviceAssignment": mapped("tensorflow:tpu.experimental.DeviceAssignment"),
     "Topology": mapped("tensorflow:tpu.experimental.Topology"),
     "device_assignment": mapped(
@@ -101,17 +103,21 @@ _DATA_MAPPED = (
     "make_batched_features_dataset", "get_single_element", "rejection_resample",
     "scan", "enumerate_dataset", "Counter", "CsvDataset", "SqlDataset",
     "dense_to_sparse_batch", "Optional", "get_next_as_optional",
-    "parse_example_dataset", "unique", "make_saveable_from_iterator",
-    "CheckpointInputPipelineHook")
+    "parse_example_dataset", "unique", "make_saveable_from_iterator")
 
 DATA = {
     "parallel_interleave": mapped(
         _DATA + "parallel_interleave",
-        "Deprecated in TF 2.15 but unchanged; TF 2 style is "
+        "Deprecated in TF 2 but unchanged; TF 2 style is "
         "Dataset.interleave(fn, cycle_length, num_parallel_calls=AUTOTUNE, "
         "deterministic=False)."),
     **{name: mapped(_DATA + name) for name in _DATA_MAPPED},
     "TFRecordDataset": mapped("tensorflow:data.TFRecordDataset"),
+    "CheckpointInputPipelineHook": reimplemented(
+        _C + "checkpoint_hooks:CheckpointInputPipelineHook",
+        "Saves the input iterators beside the model checkpoints (input.ckpt-N, "
+        "checkpoint_input) and restores them on resume, as TF 1.15 did; TF "
+        "2.16 removed the class."),
     "batch_and_drop_remainder": reimplemented(
         _C + "data:batch_and_drop_remainder",
         "Returns lambda ds: ds.batch(n, drop_remainder=True)."),
@@ -127,7 +133,7 @@ DATA = {
     "read_batch_features": refused(
         "use tf.data.experimental.make_batched_features_dataset"),
     "LMDBDataset": refused(
-        "TF 2.15 has no LMDB reader; convert the records to TFRecord and "
+        "TF 2 has no LMDB reader; convert the records to TFRecord and "
         "use tf.data.TFRecordDataset"),
 }
 
@@ -284,7 +290,7 @@ ESTIMATOR = {
                     "make_early_stopping_hook", "InMemoryEvaluatorHook",
                     "build_raw_supervised_input_receiver_fn", "call_logit_fn",
                     "dnn_logit_fn_builder", "linear_logit_fn_builder")},
-    "add_metrics": mapped("tensorflow:compat.v1.estimator.add_metrics"),
+    "add_metrics": mapped("tensorflow_estimator:estimator.add_metrics"),
     "replicate_model_fn": refused(
         "pass RunConfig(train_distribute=tf.distribute.MirroredStrategy()) "
         "to a tf.estimator.Estimator (TPUEstimator replicates by itself)"),
@@ -327,7 +333,7 @@ UTIL = {
                              "Renamed tf.get_static_value."),
 }
 
-# Whole tf.contrib modules TF 2.15 has in no form.
+# Whole tf.contrib modules TF 2 has in no form.
 REFUSED_MODULES = {
     "slim": refused(
         "TF-Slim left TensorFlow; use tf.layers / tf.compat.v1.layers (in this "
@@ -440,6 +446,6 @@ def markdown_tables():
     if isinstance(entries, dict):
       prefix = f"tf.contrib.{name}"
       sections.append((f"`{prefix}`", _table(rows(entries, prefix))))
-  sections.append(("Whole `tf.contrib` modules TF 2.15 has in no form",
+  sections.append(("Whole `tf.contrib` modules TF 2 has in no form",
                    _table(rows(REFUSED_MODULES))))
   return "\n\n".join(f"### {title}\n\n{table}" for title, table in sections)

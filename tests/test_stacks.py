@@ -1,0 +1,165 @@
+"""Both stacks: the estimator API, Keras 2 in either import order, and the TF stand-ins."""
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from estimator_tpu import stacks
+from estimator_tpu import tf_standins
+from estimator_tpu.tf_standins import _refusal
+from estimator_tpu.tf_standins import estimator_training
+from estimator_tpu.tf_standins import session_support
+from estimator_tpu.tf_standins import tpu_embedding
+from estimator_tpu.tf_standins import tpu_embedding_gradient
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Prints what a user's program sees of Keras and the estimator after `first`.
+_PROBE = """
+import json, importlib.metadata, sys
+{first}
+import tensorflow as tf
+import estimator_tpu
+dense = tf.keras.layers.Dense
+top = dense.__module__.split(".")[0]
+dist = {{"tf_keras": "tf-keras", "keras": "keras"}}[top]
+with tf.Graph().as_default():
+  layers = tf.compat.v1.layers.dense(tf.compat.v1.placeholder(tf.float32, [None, 3]), 2)
+from estimator_tpu import stacks
+print(json.dumps({{"package": top, "version": importlib.metadata.version(dist),
+                  "same_as_ours": dense is stacks.keras.layers.Dense,
+                  "v1_layer_shape": layers.shape.as_list()}}))
+"""
+
+
+def _probe(first):
+  code = _PROBE.format(first=first)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  env.pop("TF_USE_LEGACY_KERAS", None)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=REPO, env=env, timeout=300, check=True).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("first", ["import estimator_tpu", "import tensorflow"],
+                         ids=["estimator_tpu_first", "tensorflow_first"])
+def test_tf_keras_is_keras_2_whichever_is_imported_first(first):
+  seen = _probe(first)
+  assert seen["version"].startswith("2."), seen
+  assert seen["same_as_ours"], seen
+  assert seen["v1_layer_shape"] == [None, 2]
+  assert seen["package"] == ("tf_keras" if stacks.NAME == "current" else "keras")
+
+
+def test_stack_name_follows_the_tensorflow_version():
+  major_minor = tuple(int(p) for p in tf.__version__.split(".")[:2])
+  assert stacks.NAME == ("current" if major_minor >= (2, 16) else "tf2.15")
+  assert stacks.describe().startswith(f"stack {stacks.NAME}: TensorFlow {tf.__version__}")
+
+
+def test_one_estimator_namespace_with_the_tpu_classes():
+  est = stacks.estimator
+  assert stacks.tpu.TPUEstimator.__module__.endswith("tpu.tpu_estimator")
+  assert issubclass(stacks.tpu.TPUEstimator, est.Estimator)
+  assert est.ModeKeys.TRAIN == "train" and stacks.ModeKeys is est.ModeKeys
+  assert callable(est.train_and_evaluate) and est.export.PredictOutput
+
+
+def test_compat_tf_offers_tf_estimator_on_both_stacks():
+  from estimator_tpu.compat import tf as compat_tf  # pylint: disable=g-import-not-at-top
+  assert compat_tf.estimator is stacks.estimator
+  assert compat_tf.contrib.tpu.TPUEstimator is stacks.tpu.TPUEstimator
+  assert compat_tf.estimator.tpu.RunConfig is stacks.tpu.RunConfig
+
+
+def test_standins_serve_only_what_tensorflow_lacks():
+  served = tf_standins.active()
+  if stacks.NAME == "current":
+    assert served == sorted(tf_standins.STANDINS)
+  else:
+    assert served == []
+    from tensorflow.python.tpu import session_support as real  # pylint: disable=g-import-not-at-top
+    assert real.__name__ == "tensorflow.python.tpu.session_support"
+
+
+def test_standin_finder_is_installed_once_after_the_real_modules_finder():
+  tf_standins.install()
+  tf_standins.install()
+  finders = [f for f in sys.meta_path if isinstance(f, tf_standins.StandinFinder)]
+  path_finder = next(f for f in sys.meta_path if getattr(f, "__name__", "") == "PathFinder")
+  assert len(finders) == 1
+  assert sys.meta_path.index(finders[0]) > sys.meta_path.index(path_finder)
+
+
+# --- what each stand-in does ---------------------------------------------------
+
+
+def test_tpu_embedding_parameters_refuse_naming_the_stack():
+  with pytest.raises(_refusal.UnavailableOnThisStack,
+                     match=r"TPU embeddings .*AdagradParameters .*tf2\.15 stack"):
+    tpu_embedding.AdagradParameters(0.1)
+  with pytest.raises(_refusal.UnavailableOnThisStack, match=r"tpu_embedding\.TPUEmbedding"):
+    tpu_embedding.TPUEmbedding  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError):
+    tpu_embedding.__wrapped__  # pylint: disable=pointless-statement
+  with pytest.raises(_refusal.UnavailableOnThisStack, match="create_dummy_table_variables"):
+    tpu_embedding_gradient.create_dummy_table_variables(None)
+
+
+def test_graceful_shutdown_refuses_an_asked_for_mode(monkeypatch):
+  monkeypatch.setenv(session_support.MODE_VARIABLE, "shutdown_all_workers")
+  with pytest.raises(_refusal.UnavailableOnThisStack,
+                     match=r"graceful shutdown \(TF_TPU_GRACEFUL_SHUTDOWN_MODE="
+                           r"shutdown_all_workers\).*tf2\.15 stack"):
+    session_support.GracefulShutdownHook("/tmp/model.ckpt")
+  with pytest.raises(_refusal.UnavailableOnThisStack, match="watchdog"):
+    session_support.start_worker_watchdog(None, shutdown_timeout=10)
+
+
+def test_graceful_shutdown_default_says_once_that_nothing_is_watched(monkeypatch, caplog):
+  monkeypatch.delenv(session_support.MODE_VARIABLE, raising=False)
+  hook = session_support.GracefulShutdownHook(
+      "/m/model.ckpt", on_shutdown_hooks=[session_support.ResetComputation()])
+  with caplog.at_level("WARNING", logger="estimator_tpu"):
+    hook.begin()
+  assert [r.getMessage().split(" is not")[0] for r in caplog.records] == [session_support.FEATURE]
+  with pytest.raises(_refusal.UnavailableOnThisStack, match="ResetComputation"):
+    hook.on_shutdown_hooks[0](None, [], [])
+
+
+def test_global_ids_put_chief_first_and_ps_last():
+  cluster = tf.train.ClusterSpec({"chief": ["c:1"], "worker": ["w:1", "w:2"],
+                                  "ps": ["p:1", "p:2"], "evaluator": ["e:1"]})
+  ids = {(job, i): estimator_training.global_id(cluster, job, i)
+         for job in cluster.jobs for i in range(len(cluster.job_tasks(job)))}
+  # chief 0; evaluator and worker sorted by name: evaluator 1, worker 2-3; ps 4-5.
+  assert ids == {("chief", 0): 0, ("evaluator", 0): 1, ("worker", 0): 2,
+                 ("worker", 1): 3, ("ps", 0): 4, ("ps", 1): 5}
+  assert estimator_training.global_id(cluster, None, None) == 0
+  with pytest.raises(ValueError, match="'master' is not a job"):
+    estimator_training.global_id(cluster, "master", 0)
+
+
+def test_run_config_with_a_cluster_and_a_strategy_runs_the_coordinator(monkeypatch):
+  cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"]}
+  monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster,
+                                              "task": {"type": "worker", "index": 0}}))
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  config = stacks.estimator.RunConfig(train_distribute=strategy)
+  assert config._distribute_coordinator_mode == "independent_worker"  # pylint: disable=protected-access
+  assert estimator_training.should_run_distribute_coordinator(config)
+  assert config.cluster_spec.as_dict() == cluster
+  local = stacks.estimator.RunConfig()
+  assert not estimator_training.should_run_distribute_coordinator(local)
+  assert local.task_type == "worker" and local.task_id == 0 and local.num_worker_replicas == 2
+  assert not local.is_chief
+
+
+def test_the_package_metadata_names_this_stacks_estimator():
+  wanted = "tf-estimator-nightly" if stacks.NAME == "current" else "tensorflow-estimator"
+  assert importlib.metadata.version(wanted)
