@@ -42,7 +42,7 @@ lint: install
 # TPUEstimator on CPU (exact eval each 200 steps) -> SavedModel -> batch predictions.
 demo: install
 	rm -rf $(DEMO)
-	$(PY) -m estimator_tpu.datasets digits $(DEMO)/images
+	$(PY) -m estimator_tpu.data.digits digits $(DEMO)/images
 	$(PY) preprocess.py --input_dir=$(DEMO)/images --output_dir=$(DEMO)/data
 	$(PY) train.py --data_dir=$(DEMO)/data --model_dir=$(DEMO)/model \
 	  --image_size=32 --norandom_flip --train_steps=800 --steps_per_eval=200 \

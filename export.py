@@ -11,14 +11,15 @@ import sys
 # Before TensorFlow is imported: its C++ start-up chatter is not for the user.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
 from absl import flags
 
+from estimator_tpu import cli
 from estimator_tpu import config as config_lib
-from estimator_tpu import export_lib
 from estimator_tpu import flags as flags_lib
-from estimator_tpu import loop
-from estimator_tpu import runner
+from estimator_tpu.export import saved_model
+from estimator_tpu.training import assemble
+from estimator_tpu.training import loop
 
 FLAGS = flags.FLAGS
 
@@ -26,19 +27,24 @@ FLAGS = flags.FLAGS
 def run(flag_values):
   """Exports; returns the process exit status."""
   try:
-    config, checkpoint = runner.prepare_export(
+    config, checkpoint = assemble.prepare_export(
         flag_values["model_dir"].value, flag_values["export_dir"].value)
-    estimator = runner.build(config)
+    estimator = assemble.build(config)
   except config_lib.ConfigError as e:
     print(f"export.py: error: {e}", file=sys.stderr)
     return 2
-  path = export_lib.export_saved_model(estimator, flag_values["export_dir"].value,
-                                       config.data.image_size, checkpoint_path=checkpoint)
+  path = saved_model.export_saved_model(estimator, flag_values["export_dir"].value,
+                                       checkpoint_path=checkpoint)
   loop.say(f"exported {checkpoint} to {path}")
   return 0
 
 
-if __name__ == "__main__":
-  runner.quiet_tensorflow()
+def main():
+  """The `export.py` / `estimator-tpu-export` command."""
+  cli.quiet_tensorflow()
   flags_lib.define_flags()
-  app.run(runner.make_main("export.py", run, FLAGS))
+  app.run(cli.make_main("export.py", run, FLAGS))
+
+
+if __name__ == "__main__":
+  main()

@@ -17,15 +17,14 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TF start-up chatter.
 std_logging.getLogger().setLevel(std_logging.ERROR)  # Beam's import chatter.
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from absl import logging
 from apache_beam.io.filesystems import FileSystems
 
-from estimator_tpu import preprocess_flags
-from estimator_tpu import preprocess_inputs
-from estimator_tpu import preprocess_plan
+from estimator_tpu.beam import options as preprocess_flags
+from estimator_tpu.beam import sources
+from estimator_tpu.data import layout
 
 FLAGS = flags.FLAGS
 PROG = "preprocess.py"
@@ -48,12 +47,13 @@ def _run_pipeline(plan, pipeline_args):
   """Runs Beam and returns the manifest it wrote."""
   # Imported only now: TensorFlow takes seconds, flag errors should not wait.
   import apache_beam as beam
-  from estimator_tpu import beam_pipeline
+
+  from estimator_tpu.beam import pipeline as beam_pipeline
   options = beam.options.pipeline_options.PipelineOptions(
       preprocess_flags.with_defaults(pipeline_args))
   with beam.Pipeline(options=options) as p:
     beam_pipeline.build_pipeline(p, plan)
-  path = FileSystems.join(plan.output_dir, preprocess_plan.MANIFEST_FILE)
+  path = FileSystems.join(plan.output_dir, layout.MANIFEST_FILE)
   with FileSystems.open(path) as f:
     return json.loads(f.read().decode("utf-8"))
 
@@ -69,7 +69,7 @@ def _summary(manifest, output_dir):
   return "\n".join(lines + [f"  output      {output_dir}", "=" * 60])
 
 
-def main(argv):
+def run(argv):
   pipeline_args = argv[1:]
   problems = preprocess_flags.unknown_args(pipeline_args)
   if problems:
@@ -77,22 +77,27 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
   try:
-    plan = preprocess_inputs.make_plan(
+    plan = sources.make_plan(
         FLAGS.output_dir, FLAGS.input_dir, FLAGS.input_csv, FLAGS.labels_file,
         FLAGS.validation_fraction, FLAGS.num_shards, FLAGS.max_size,
         preprocess_flags.settings(FLAGS, pipeline_args))
-    existed = preprocess_inputs.check_output_dir(
+    existed = sources.check_output_dir(
         FLAGS.output_dir, FLAGS.overwrite, FLAGS.input_dir)
-  except preprocess_inputs.InputError as e:
+  except sources.InputError as e:
     return _fail(str(e))
   manifest = _run_pipeline(plan, pipeline_args)
   if manifest["images"]["count"] == 0:
-    preprocess_inputs.remove_dataset(plan.output_dir, remove_dir=not existed)
+    sources.remove_dataset(plan.output_dir, remove_dir=not existed)
     return _fail(f"no valid image among {manifest['inputs']} inputs "
                  f"({manifest['rejected']['by_reason']}); nothing written")
   print(_summary(manifest, plan.output_dir))
   return 0
 
 
+def main():
+  """The `preprocess.py` / `estimator-tpu-preprocess` command."""
+  app.run(run, flags_parser=_parse)
+
+
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse)
+  main()

@@ -13,15 +13,16 @@ import sys
 # Before TensorFlow is imported: its C++ start-up chatter is not for the user.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
 from absl import flags
 
+from estimator_tpu import cli
 from estimator_tpu import config as config_lib
-from estimator_tpu import export_lib
 from estimator_tpu import flags as flags_lib
-from estimator_tpu import loop
-from estimator_tpu import preflight
-from estimator_tpu import runner
+from estimator_tpu.export import saved_model
+from estimator_tpu.tpu import preflight
+from estimator_tpu.training import assemble
+from estimator_tpu.training import loop
 
 FLAGS = flags.FLAGS
 
@@ -36,14 +37,18 @@ def define_entry_flags(flag_values=FLAGS):
 
 def run(flag_values):
   """Runs --mode (or --preflight); returns the process exit status."""
-  if "preflight" in flag_values and flag_values["preflight"].value:
-    return preflight.preflight(flag_values)
-  mode = flag_values["mode"].value
+  checking = "preflight" in flag_values and flag_values["preflight"].value
   try:
-    config, info = runner.prepare(flag_values, need_train=mode != "eval",
-                                  need_eval=mode != "train")
-    estimator = runner.build(config)
+    config, saved = flags_lib.config_for_model_dir(flag_values)
+    if checking:
+      return preflight.preflight(config)
+    mode = config.runtime.mode
+    config, info = assemble.prepare(config, saved, need_train=mode != "eval",
+                                    need_eval=mode != "train")
+    estimator = assemble.build(config)
   except config_lib.ConfigError as e:
+    if checking:
+      return preflight.report([preflight.Finding(preflight.FAIL, str(e))])
     print(f"train.py: error: {e}", file=sys.stderr)
     return 2
   strategy = config.runtime.strategy
@@ -58,14 +63,18 @@ def run(flag_values):
     loop.train_and_evaluate(estimator, config, inputs,
                             evaluate_each=mode == "train_and_eval")
   if config.runtime.export_dir:
-    path = export_lib.export_saved_model(estimator, config.runtime.export_dir,
-                                         config.data.image_size)
+    path = saved_model.export_saved_model(estimator, config.runtime.export_dir)
     loop.say(f"exported SavedModel to {path}")
   return 0
 
 
-if __name__ == "__main__":
-  runner.quiet_tensorflow()
+def main():
+  """The `train.py` / `estimator-tpu-train` command."""
+  cli.quiet_tensorflow()
   flags_lib.define_flags()
   define_entry_flags()
-  app.run(runner.make_main("train.py", run, FLAGS))
+  app.run(cli.make_main("train.py", run, FLAGS))
+
+
+if __name__ == "__main__":
+  main()

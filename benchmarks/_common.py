@@ -15,12 +15,12 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
   sys.path.insert(0, _ROOT)
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow as tf
 
-from estimator_tpu import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from estimator_tpu import estimator as estimator_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from estimator_tpu import input_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-from estimator_tpu import testing  # pylint: disable=g-import-not-at-top,wrong-import-position
+from estimator_tpu import config as config_lib
+from estimator_tpu import testing
+from estimator_tpu.data import input_pipeline
+from estimator_tpu.training import tpu_estimator as estimator_lib
 
 NUM_CLASSES = 10
 MAX_DIGITS = 1797  # all of scikit-learn's digits

@@ -8,8 +8,8 @@ Writes the digits as jpeg_size JPEGs with estimator_tpu.testing and measures,
 alternating the sides within each of `repeats` rounds:
   input: the training dataset of input_pipeline.make_input_fn alone (parallel
     interleave and maps, AUTOTUNE, prefetch), `batches` batches after warm-up;
-  single_threaded: the same decode + preprocess (features.parse_example,
-    preprocessing.decode_image and augment_for_train, same shuffle buffer and
+  single_threaded: the same decode + preprocess (schema.parse_example,
+    image_ops.decode_image and augment_for_train, same shuffle buffer and
     batch) as a tf.data pipeline with no parallel calls, deterministic, one
     private thread, intra-op parallelism 1, no autotuning or injected prefetch;
   train: steady-state images/s of TPUEstimator(use_tpu=False).train of the
@@ -29,13 +29,12 @@ import os
 import tempfile
 
 # _common sets TF_CPP_MIN_LOG_LEVEL, so it comes before TensorFlow.
-import _common  # pylint: disable=g-bad-import-order
+import _common
+import tensorflow as tf
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-from estimator_tpu import features  # pylint: disable=g-import-not-at-top
-from estimator_tpu import input_pipeline  # pylint: disable=g-import-not-at-top
-from estimator_tpu import preprocessing  # pylint: disable=g-import-not-at-top
+from estimator_tpu.data import image_ops
+from estimator_tpu.data import input_pipeline
+from estimator_tpu.data import schema
 
 WARMUP_BATCHES = 20
 TRAIN_WARMUP_STEPS = 20
@@ -47,11 +46,11 @@ def single_threaded_dataset(file_pattern, config):
   random_flip = config.data.random_flip
 
   def decode(serialized):
-    parsed = features.parse_example(serialized)
-    return preprocessing.decode_image(parsed["image_bytes"]), parsed["label"]
+    parsed = schema.parse_example(serialized)
+    return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
 
   def augment(image, label):
-    return ({input_pipeline.IMAGE_KEY: preprocessing.augment_for_train(
+    return ({input_pipeline.IMAGE_KEY: image_ops.augment_for_train(
         image, image_size, random_flip=random_flip, seed=seed)}, label)
 
   files = tf.data.Dataset.list_files(file_pattern, shuffle=True, seed=seed)

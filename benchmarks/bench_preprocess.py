@@ -15,7 +15,6 @@ the largest N.
 """
 
 # The parent process only times children; TensorFlow loads in the children.
-# pylint: disable=g-import-not-at-top
 import argparse
 import concurrent.futures
 import json
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from estimator_tpu.data import layout
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -41,7 +42,8 @@ NUM_CLASSES = 10
 def _write_range(out_dir, start, stop):
   """Writes photo-like JPEGs start..stop-1 (gradients + a blob + noise)."""
   import numpy as np
-  from estimator_tpu import datasets
+
+  from estimator_tpu.data import digits as datasets
   y, x = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
   for i in range(start, stop):
     rng = np.random.default_rng(i)
@@ -70,7 +72,7 @@ def write_images(out_dir, count):
 
 
 def _plan(input_dir, output_dir):
-  from estimator_tpu import preprocess_inputs
+  from estimator_tpu.beam import sources as preprocess_inputs
   return preprocess_inputs.make_plan(output_dir, input_dir=input_dir)
 
 
@@ -78,8 +80,9 @@ def run_beam(input_dir, output_dir, extra_args=()):
   """The pipeline as preprocess.py runs it with no Beam flags."""
   import apache_beam as beam
   from apache_beam.options.pipeline_options import PipelineOptions
-  from estimator_tpu import beam_pipeline
-  from estimator_tpu import preprocess_flags
+
+  from estimator_tpu.beam import options as preprocess_flags
+  from estimator_tpu.beam import pipeline as beam_pipeline
   plan = _plan(input_dir, output_dir)
   options = PipelineOptions(preprocess_flags.with_defaults(list(extra_args)))
   with beam.Pipeline(options=options) as p:
@@ -90,12 +93,13 @@ def run_beam(input_dir, output_dir, extra_args=()):
 def run_plain(input_dir, output_dir):
   """The same per-image work in one process, no Beam."""
   import tensorflow as tf
-  from estimator_tpu import beam_pipeline as bp
-  from estimator_tpu import preprocess_plan as plan_lib
+
+  from estimator_tpu.beam import pipeline as bp
+  from estimator_tpu.beam import plan as plan_lib
   plan = _plan(input_dir, output_dir)
   os.makedirs(output_dir, exist_ok=True)
   writers = {(split, shard): tf.io.TFRecordWriter(os.path.join(
-      output_dir, plan_lib.shard_name(split, shard, count)))
+      output_dir, layout.shard_name(split, shard, count)))
              for split, count in plan.num_shards.items()
              for shard in range(count)}
   written = 0
@@ -114,8 +118,6 @@ def run_plain(input_dir, output_dir):
 
 def _child_main(side, input_dir, output_dir, extra_args):
   """Runs one side in this process; prints its figures as JSON."""
-  import apache_beam  # pylint: disable=unused-import
-  import tensorflow  # pylint: disable=unused-import
   start, cpu = time.perf_counter(), _cpu_seconds()
   if side == "beam":
     count = run_beam(input_dir, output_dir, extra_args)

@@ -41,19 +41,19 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
   sys.path.insert(0, _ROOT)
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-import tensorflow as tf
 from absl import flags
+import tensorflow as tf
 
-import train
-from estimator_tpu import datasets
-from estimator_tpu import export_lib
+from estimator_tpu import cli
 from estimator_tpu import flags as flags_lib
-from estimator_tpu import input_pipeline
-from estimator_tpu import preprocessing
-from estimator_tpu import runner
 from estimator_tpu import testing
-# pylint: enable=g-import-not-at-top,wrong-import-position
+from estimator_tpu.data import digits as datasets
+from estimator_tpu.data import image_ops
+from estimator_tpu.data import input_pipeline
+from estimator_tpu.export import contract
+from estimator_tpu.export import saved_model as export_lib
+from estimator_tpu.training import assemble
+import train
 
 BATCH_SIZES = (1, 8, 64)
 BATCH_1_IMAGES = 128
@@ -143,13 +143,13 @@ def make_breakdown_functions(image_size, loaded):
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def decode(image_bytes):
     # The JPEGs all have one size, so decoded images stack like preprocessed ones.
-    return tf.map_fn(preprocessing.decode_image, image_bytes, fn_output_signature=tf.uint8)
+    return tf.map_fn(image_ops.decode_image, image_bytes, fn_output_signature=tf.uint8)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def decode_preprocess(image_bytes):
     return export_lib.decode_batch(image_bytes, image_size)
 
-  network = loaded.signatures[export_lib.PREDICT_IMAGES_SIGNATURE]
+  network = loaded.signatures[contract.PREDICT_IMAGES_SIGNATURE]
   return decode, decode_preprocess, lambda images: network(images=images)
 
 
@@ -176,7 +176,7 @@ def main(argv=None):
   parser.add_argument("--num_images", type=int, default=512)
   parser.add_argument("--repeats", type=int, default=5)
   args = parser.parse_args(argv)
-  runner.quiet_tensorflow()
+  cli.quiet_tensorflow()
   with tempfile.TemporaryDirectory(prefix="bench_serving_") as work_dir:
     return measure(args, work_dir)
 
@@ -188,13 +188,13 @@ def measure(args, work_dir):
         f"{version_dir} in {time.perf_counter() - start:.0f}s", flush=True)
   jpegs = make_jpegs(args.num_images, 2 * args.image_size)
   loaded = tf.saved_model.load(version_dir)
-  signature = loaded.signatures[export_lib.SERVING_SIGNATURE]
+  signature = loaded.signatures[contract.SERVING_SIGNATURE]
 
   def serve(batch):
     return signature(image_bytes=batch)
 
-  config, _ = runner.prepare_export(model_dir, os.path.join(work_dir, "unused"))
-  estimator = runner.build(config)
+  config, _ = assemble.prepare_export(model_dir, os.path.join(work_dir, "unused"))
+  estimator = assemble.build(config)
   functions = make_breakdown_functions(args.image_size, loaded)
   run_saved_model(serve, jpegs[:PREDICT_BATCH_SIZE])  # warm-up: trace every batch size
   run_breakdown(functions, serve, jpegs)

@@ -1,6 +1,7 @@
 """Training images/s of the current stack against tf2.15's, alternating in one run.
 
-    python benchmarks/bench_stacks.py [--batch_size=32] [--warmup_steps=20] [--steps=120] [--repeats=5]
+    python benchmarks/bench_stacks.py [--batch_size=32] [--warmup_steps=20] [--steps=120]
+        [--repeats=5]
 
 Starts one worker per stack (.venv/bin/python and .venv-tf2.15/bin/python, as
 `make install` and `make install STACK=tf2.15` build them). Each worker writes
@@ -39,8 +40,9 @@ def parse_args(argv=None):
 def worker(args):
   """Builds the estimator side, then answers each 'run' line on stdin with one JSON line."""
   sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-  import _common  # pylint: disable=g-import-not-at-top
-  from estimator_tpu import stacks  # pylint: disable=g-import-not-at-top
+  import _common
+
+  from estimator_tpu import stacks
   _common.quiet_tf()
   pattern = _common.write_digits(os.path.join(args.worker, "data"), args.image_size)
   config = _common.make_config(os.path.join(args.worker, "model"), args.image_size,

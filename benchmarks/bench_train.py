@@ -1,9 +1,9 @@
-"""Training images/s: TPUEstimator(use_tpu=False).train vs tf.keras Model.fit, same network and data.
+"""Training images/s: TPUEstimator(use_tpu=False).train vs Keras Model.fit, same network and data.
 
     python benchmarks/bench_train.py [--image_size=32] [--batch_size=32]
         [--iterations_per_loop=10] [--warmup_steps=20] [--steps=120] [--repeats=5]
 
-Both sides train the flowers CNN (model.build_network) on the digits written
+Both sides train the flowers CNN (networks.build_network) on the digits written
 by estimator_tpu.testing, fed by the project's training input_fn with the same
 global batch, with Nesterov momentum at the same constant learning rate, the
 same cross-entropy and the same L2 weight decay:
@@ -30,13 +30,12 @@ import tempfile
 import time
 
 # _common sets TF_CPP_MIN_LOG_LEVEL, so it comes before TensorFlow.
-import _common  # pylint: disable=g-bad-import-order
+import _common
+import tensorflow as tf
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-from estimator_tpu import model  # pylint: disable=g-import-not-at-top
-from estimator_tpu import optimization  # pylint: disable=g-import-not-at-top
 from estimator_tpu import stacks
+from estimator_tpu.training import networks
+from estimator_tpu.training import optimization
 
 
 class ExecutionTimer(stacks.keras.callbacks.Callback):
@@ -55,9 +54,9 @@ class ExecutionTimer(stacks.keras.callbacks.Callback):
 
 
 def build_keras(config):
-  """The flowers CNN compiled the way model_fn trains it; returns the model."""
+  """The flowers CNN compiled the way model_fn trains it; returns the network."""
   params = config.to_params()
-  network = model.build_network(params)
+  network = networks.build_network(params)
   size = params["image_size"]
   network(tf.zeros([1, size, size, 3]))  # creates the variables
   network.add_loss(lambda: optimization.weight_decay_loss(
@@ -89,7 +88,7 @@ def restore_v2_classes(config):
   v1 model whose fit() refuses to run. Constructing a throwaway instance
   eagerly swaps the bases back; it creates no variables.
   """
-  model.build_network(config.to_params())
+  networks.build_network(config.to_params())
 
 
 def time_keras_fit(network, dataset, batch_size, warmup_steps, steps):

@@ -1,12 +1,25 @@
 """TPUEstimator image classification that runs unchanged on CPU, GPU and TPU.
 
-Importing the package prepares TensorFlow for TPUEstimator code, whatever was
-imported first: on TF >= 2.16 `tf.keras` means Keras 2 (tf-keras), which
+The public API (each name is imported on first use, so `import estimator_tpu`
+stays cheap and imports no TensorFlow):
+
+    Config, ConfigError        the typed run configuration (config.json) and its error
+    make_input_fn              the TPUEstimator input_fn over preprocess.py's records
+    model_fn                   the TPUEstimator model_fn (flowers CNN, ResNet, tiny)
+    build_estimator            TPUEstimator, or an Estimator under a tf.distribute strategy
+    train_and_evaluate         the train/eval/checkpoint loop train.py runs
+    export_saved_model         checkpoint -> SavedModel for TF Serving (JPEG bytes in)
+    preflight                  on CPU: would this config run on a TPU? (a list of findings)
+    stacks                     the estimator API and Keras 2 on either TensorFlow stack
+
+Importing the package also prepares TensorFlow for TPUEstimator code, whatever
+was imported first: on TF >= 2.16 `tf.keras` means Keras 2 (tf-keras), which
 TensorFlow reads when `tf.keras` is first used, and the four TF-internal
 modules the estimator imports are served by estimator_tpu.tf_standins where
 TensorFlow lacks them. Neither imports TensorFlow.
 """
 
+import importlib
 import importlib.util
 import os
 
@@ -15,8 +28,38 @@ import os
 if importlib.util.find_spec("tf_keras") is not None:
   os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from estimator_tpu import tf_standins  # pylint: disable=g-import-not-at-top,wrong-import-position
+from estimator_tpu import _moved  # noqa: E402 -- after the Keras switch, before TensorFlow
+from estimator_tpu import tf_standins  # noqa: E402
 
 tf_standins.install()
+_moved.install()
 
 __version__ = "0.1.0"
+
+_PUBLIC = {
+    "Config": "estimator_tpu.config:Config",
+    "ConfigError": "estimator_tpu.config:ConfigError",
+    "make_input_fn": "estimator_tpu.data.input_pipeline:make_input_fn",
+    "model_fn": "estimator_tpu.training.model_fn:model_fn",
+    "build_estimator": "estimator_tpu.training.tpu_estimator:build_estimator",
+    "train_and_evaluate": "estimator_tpu.training.loop:train_and_evaluate",
+    "export_saved_model": "estimator_tpu.export.saved_model:export_saved_model",
+    "preflight": "estimator_tpu.tpu.preflight:run_checks",
+    "stacks": "estimator_tpu.stacks:",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name):
+  target = _PUBLIC.get(name)
+  if target is None:
+    raise AttributeError(f"module 'estimator_tpu' has no attribute {name!r}")
+  module_name, _, attribute = target.partition(":")
+  module = importlib.import_module(module_name)
+  value = getattr(module, attribute) if attribute else module
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_PUBLIC))

@@ -1,4 +1,4 @@
-"""Frozen configuration of a training run: data, model, train and runtime; validate(); to_params()."""
+"""Frozen configuration of a run: data, model, train and runtime sections; validate()."""
 
 import dataclasses
 import json
@@ -243,15 +243,32 @@ def _suggest_multiples(value, divisor):
   return f"try {lower} or {higher}" if lower else f"try {higher}"
 
 
+def batch_share_errors(train, shards, shards_named):
+  """The rule that a global batch splits evenly, checked for both batches of `train`.
+
+  The one place the rule lives: config validation (TPU cores), preflight (as
+  FAIL lines) and the strategy estimator (replicas) all ask it.
+
+  Args:
+    train: a TrainConfig.
+    shards: how many equal parts each global batch must split into.
+    shards_named: how the message names them, e.g. '--num_cores=8 on TPU'.
+
+  Returns:
+    {flag: message} for each batch that does not divide; empty when both do.
+  """
+  return {flag: (f"--{flag}={value} must divide by {shards_named} (each gets an equal "
+                 f"share); {_suggest_multiples(value, shards)}")
+          for flag, value in (("train_batch_size", train.train_batch_size),
+                              ("eval_batch_size", train.eval_batch_size))
+          if value % shards}
+
+
 def _validate_tpu_batches(config):
-  t, r = config.train, config.runtime
-  for flag, value in (("train_batch_size", t.train_batch_size),
-                      ("eval_batch_size", t.eval_batch_size)):
-    if value % r.num_cores:
-      raise ConfigError(
-          f"--{flag}={value} must divide by --num_cores={r.num_cores} on TPU "
-          f"(each core gets an equal share); "
-          f"{_suggest_multiples(value, r.num_cores)}")
+  r = config.runtime
+  errors = batch_share_errors(config.train, r.num_cores, f"--num_cores={r.num_cores} on TPU")
+  if errors:
+    raise ConfigError(next(iter(errors.values())))
 
 
 def read_config(model_dir):

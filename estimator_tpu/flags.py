@@ -1,4 +1,4 @@
-"""define_flags() and config_from_flags(FLAGS): the only place that knows about flags.
+"""The flags of train.py and export.py: define_flags(), config_for_model_dir() (their only reader).
 
 Every field of the Config sections is a flag of the same name. Precedence:
 defaults < the config.json already in --model_dir < flags typed on the
@@ -105,3 +105,24 @@ def config_from_flags(flag_values=flags.FLAGS, saved=None):
     if field.name in typed:
       config = config.replace(section, **{field.name: typed[field.name]})
   return config.replace("data", num_train_examples=0, num_eval_examples=0)
+
+
+def config_for_model_dir(flag_values=flags.FLAGS):
+  """The run's Config from its flags and --model_dir's config.json; (config, saved).
+
+  Args:
+    flag_values: parsed absl FlagValues (after define_flags()).
+
+  Returns:
+    (config, saved): the unvalidated Config of this run (runtime.model_dir
+    set), and the Config saved in --model_dir (None for a new model_dir).
+
+  Raises:
+    ConfigError: no --model_dir, or an unreadable config.json.
+  """
+  model_dir = flag_values["model_dir"].value
+  if not model_dir:
+    raise config_lib.ConfigError("--model_dir is required")
+  saved = config_lib.read_config(model_dir)
+  config = config_from_flags(flag_values, saved=saved)
+  return config.replace("runtime", model_dir=model_dir), saved

@@ -24,7 +24,7 @@ tpu = estimator.tpu
 ModeKeys = estimator.ModeKeys
 
 if NAME == "current":
-  import tf_keras as keras  # pylint: disable=g-import-not-at-top
+  import tf_keras as keras
 else:
   keras = tf.keras
 

@@ -10,12 +10,9 @@ import os
 
 import tensorflow as tf
 
-from estimator_tpu import datasets
-from estimator_tpu import features
-
-from estimator_tpu.preprocess_plan import LABELS_FILE
-from estimator_tpu.preprocess_plan import MANIFEST_FILE
-from estimator_tpu.preprocess_plan import shard_name
+from estimator_tpu.data import digits as datasets
+from estimator_tpu.data import layout
+from estimator_tpu.data import schema
 
 
 def write_records(path, examples):
@@ -30,7 +27,7 @@ def write_records(path, examples):
 
 def _digit_examples(images, labels, names, prefix):
   for i, (image, label) in enumerate(zip(images, labels)):
-    yield features.make_example(
+    yield schema.make_example(
         datasets.encode_jpeg(image), int(label), names[label],
         image.shape[0], image.shape[1], f"{prefix}/{i:04d}.jpg")
 
@@ -62,16 +59,16 @@ def write_digits_dataset(out_dir, num_train=200, num_eval=37, size=32,
   for split, (split_images, split_labels, num_shards) in splits.items():
     shard_files = []
     for shard in range(num_shards):
-      name = shard_name(split, shard, num_shards)
+      name = layout.shard_name(split, shard, num_shards)
       write_records(os.path.join(out_dir, name), _digit_examples(
           split_images[shard::num_shards], split_labels[shard::num_shards],
           names, f"{split}{shard}"))
       shard_files.append(name)
     manifest["splits"][split] = {"count": int(len(split_images)),
                                  "shards": shard_files}
-  with open(os.path.join(out_dir, LABELS_FILE), "w") as f:
-    f.write("\n".join(names) + "\n")
+  with open(os.path.join(out_dir, layout.LABELS_FILE), "w") as f:
+    f.write(layout.format_labels(names))
   if write_manifest:
-    with open(os.path.join(out_dir, MANIFEST_FILE), "w") as f:
+    with open(os.path.join(out_dir, layout.MANIFEST_FILE), "w") as f:
       json.dump(manifest, f, indent=2)
   return out_dir

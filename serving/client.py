@@ -27,17 +27,16 @@ import urllib.request
 # Before TensorFlow is imported: its C++ start-up chatter is not for the user.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import grpc
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
+from estimator_tpu.data import image_ops
+from estimator_tpu.export import contract
+from estimator_tpu.export import warmup
 import serving
-from estimator_tpu import export_lib
-from estimator_tpu import preprocessing
-# pylint: enable=g-import-not-at-top,wrong-import-position
 
 PROTOCOLS = ("rest", "grpc")
 DEFAULT_BATCH_SIZE = 8
@@ -62,7 +61,7 @@ def batches(items, batch_size):
 
 def takes_images(signature):
   """Whether the signature takes preprocessed float images rather than encoded bytes."""
-  return export_lib.SIGNATURE_INPUTS.get(signature) == export_lib.IMAGES
+  return contract.SIGNATURE_INPUTS.get(signature) == contract.IMAGES
 
 
 def _prediction(probabilities, classid, label):
@@ -73,7 +72,7 @@ def _prediction(probabilities, classid, label):
   return Prediction(label, classid, float(probabilities[classid]))
 
 
-def build_rest_body(inputs, signature=export_lib.SERVING_SIGNATURE):
+def build_rest_body(inputs, signature=contract.SERVING_SIGNATURE):
   """The JSON body of a REST :predict request, in TF Serving's row format.
 
   Args:
@@ -85,9 +84,9 @@ def build_rest_body(inputs, signature=export_lib.SERVING_SIGNATURE):
     The body as a str: {"signature_name": ..., "instances": [{name: value}, ...]}.
   """
   if takes_images(signature):
-    instances = [{export_lib.IMAGES: image.tolist()} for image in inputs]
+    instances = [{contract.IMAGES: image.tolist()} for image in inputs]
   else:
-    instances = [{export_lib.IMAGE_BYTES: {"b64": base64.b64encode(b).decode("ascii")}}
+    instances = [{contract.IMAGE_BYTES: {"b64": base64.b64encode(b).decode("ascii")}}
                  for b in inputs]
   return json.dumps({"signature_name": signature, "instances": instances})
 
@@ -104,18 +103,18 @@ def parse_rest_response(text):
     raise ServingError(f"the server's answer is not JSON ({e}): {text[:200]!r}") from e
   if "error" in body or "predictions" not in body:
     raise ServingError(body.get("error", f"no predictions in the answer: {text[:200]!r}"))
-  return [_prediction(row[export_lib.PROBABILITIES], row[export_lib.CLASSID],
-                      row.get(export_lib.CLASS)) for row in body["predictions"]]
+  return [_prediction(row[contract.PROBABILITIES], row[contract.CLASSID],
+                      row.get(contract.CLASS)) for row in body["predictions"]]
 
 
-def build_grpc_request(inputs, model, signature=export_lib.SERVING_SIGNATURE):
+def build_grpc_request(inputs, model, signature=contract.SERVING_SIGNATURE):
   """A gRPC PredictRequest; inputs as for build_rest_body."""
   if not takes_images(signature):
-    return export_lib.make_predict_request(inputs, model, signature)
+    return warmup.make_predict_request(inputs, model, signature)
   request = predict_pb2.PredictRequest()
   request.model_spec.name = model
   request.model_spec.signature_name = signature
-  request.inputs[export_lib.IMAGES].CopyFrom(
+  request.inputs[contract.IMAGES].CopyFrom(
       tf.make_tensor_proto(np.stack(inputs).astype(np.float32)))
   return request
 
@@ -123,10 +122,10 @@ def build_grpc_request(inputs, model, signature=export_lib.SERVING_SIGNATURE):
 def parse_grpc_response(response):
   """A PredictResponse -> [Prediction], one per batch row."""
   outputs = {key: tf.make_ndarray(proto) for key, proto in response.outputs.items()}
-  labels = outputs.get(export_lib.CLASS)
+  labels = outputs.get(contract.CLASS)
   return [_prediction(probabilities, classid, None if labels is None else labels[i])
           for i, (probabilities, classid) in enumerate(
-              zip(outputs[export_lib.PROBABILITIES], outputs[export_lib.CLASSID]))]
+              zip(outputs[contract.PROBABILITIES], outputs[contract.CLASSID]))]
 
 
 def rest_url(server, model):
@@ -172,7 +171,7 @@ def call_grpc(server, request, timeout=DEFAULT_TIMEOUT_SECS):
       raise ServingError(f"gRPC {e.code().name} from {server}: {e.details()}") from e
 
 
-def predict(inputs, server, model, protocol, signature=export_lib.SERVING_SIGNATURE,
+def predict(inputs, server, model, protocol, signature=contract.SERVING_SIGNATURE,
             batch_size=DEFAULT_BATCH_SIZE, timeout=DEFAULT_TIMEOUT_SECS):
   """Sends inputs in batches; returns [Prediction] in input order.
 
@@ -193,7 +192,7 @@ def predict(inputs, server, model, protocol, signature=export_lib.SERVING_SIGNAT
   return predictions
 
 
-def read_inputs(paths, signature=export_lib.SERVING_SIGNATURE, image_size=0):
+def read_inputs(paths, signature=contract.SERVING_SIGNATURE, image_size=0):
   """Reads the image files and checks that each decodes, before anything is sent.
 
   With server-side batching an undecodable image fails every request batched
@@ -211,12 +210,12 @@ def read_inputs(paths, signature=export_lib.SERVING_SIGNATURE, image_size=0):
     try:
       with open(path, "rb") as f:
         image_bytes = f.read()
-      image = preprocessing.decode_image(tf.constant(image_bytes))
+      image = image_ops.decode_image(tf.constant(image_bytes))
     except OSError as e:
       raise InputError(f"cannot read {path}: {e.strerror or e}") from e
     except tf.errors.OpError as e:
       raise InputError(f"{path} is not a decodable image: {serving.error_reason(e)}") from e
-    inputs.append(preprocessing.resize_for_eval(image, image_size).numpy()
+    inputs.append(image_ops.resize_for_eval(image, image_size).numpy()
                   if takes_images(signature) else image_bytes)
   return inputs
 
@@ -228,7 +227,7 @@ def parse_args(argv):
   parser.add_argument("--model", default=serving.MODEL_NAME, help="model name on the server")
   parser.add_argument("--protocol", choices=PROTOCOLS, default="rest")
   parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
-  parser.add_argument("--signature", default=export_lib.SERVING_SIGNATURE)
+  parser.add_argument("--signature", default=contract.SERVING_SIGNATURE)
   parser.add_argument("--image_size", type=int, default=0,
                       help="image side, needed only by --signature=predict_images")
   parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECS,

@@ -30,12 +30,13 @@ import time
 # Before TensorFlow is imported: its C++ start-up chatter is not for the user.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow as tf
 
-import serving  # pylint: disable=wrong-import-position
-from estimator_tpu import export_lib  # pylint: disable=wrong-import-position
-from estimator_tpu import features  # pylint: disable=wrong-import-position
-from estimator_tpu import preprocessing  # pylint: disable=wrong-import-position
+from estimator_tpu.data import image_ops
+from estimator_tpu.data import schema as features
+from estimator_tpu.export import contract
+from estimator_tpu.export import saved_model as export_lib
+import serving
 
 PROG = "python -m serving.predict"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
@@ -68,11 +69,11 @@ def resolve_saved_model(path):
   """A SavedModel dir, or a base dir whose newest numeric version is taken."""
   if not tf.io.gfile.isdir(path):
     raise InputError(f"--saved_model={path} is not a directory")
-  if tf.io.gfile.exists(os.path.join(path, export_lib.SAVED_MODEL_FILE)):
+  if tf.io.gfile.exists(os.path.join(path, contract.SAVED_MODEL_FILE)):
     return path
   latest = export_lib.latest_export(path)
   if latest is None:
-    raise InputError(f"--saved_model={path} holds neither {export_lib.SAVED_MODEL_FILE} "
+    raise InputError(f"--saved_model={path} holds neither {contract.SAVED_MODEL_FILE} "
                      "nor numeric version directories: pass an export.py output")
   return latest
 
@@ -157,7 +158,7 @@ def load_image(item):
     if image_bytes is None:
       with tf.io.gfile.GFile(item.path, "rb") as f:
         image_bytes = f.read()
-    preprocessing.decode_image(tf.constant(image_bytes))
+    image_ops.decode_image(tf.constant(image_bytes))
     return image_bytes, None
   except tf.errors.OpError as e:
     return None, serving.error_reason(e)
@@ -171,19 +172,19 @@ class Predictor:
   def __init__(self, saved_model_dir):
     # The signature only lives as long as the loaded object: keep both.
     self._loaded = tf.saved_model.load(saved_model_dir)
-    self._signature = self._loaded.signatures[export_lib.SERVING_SIGNATURE]
+    self._signature = self._loaded.signatures[contract.SERVING_SIGNATURE]
     outputs = self._signature.structured_outputs
-    self.num_classes = int(outputs[export_lib.PROBABILITIES].shape[-1])
-    self.class_names = (export_lib.read_labels(saved_model_dir)
+    self.num_classes = int(outputs[contract.PROBABILITIES].shape[-1])
+    self.class_names = (contract.read_labels(saved_model_dir)
                         or [str(i) for i in range(self.num_classes)])
 
   def _run(self, image_bytes_list):
-    outputs = self._signature(**{export_lib.IMAGE_BYTES: tf.constant(image_bytes_list)})
+    outputs = self._signature(**{contract.IMAGE_BYTES: tf.constant(image_bytes_list)})
     outputs = {key: value.numpy() for key, value in outputs.items()}
-    labels = outputs.get(export_lib.CLASS)
+    labels = outputs.get(contract.CLASS)
     results = []
     for i, (probabilities, classid) in enumerate(
-        zip(outputs[export_lib.PROBABILITIES], outputs[export_lib.CLASSID])):
+        zip(outputs[contract.PROBABILITIES], outputs[contract.CLASSID])):
       label = labels[i].decode("utf-8", "replace") if labels is not None else (
           self.class_names[classid])
       results.append(Result(label, int(classid), probabilities, None))

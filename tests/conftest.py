@@ -1,13 +1,14 @@
-"""Shared fixtures: small real-JPEG data sets and a briefly trained model, written once per session."""
+"""Shared fixtures: small real-JPEG data sets and a briefly trained model, made once a session."""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest
 
-from estimator_tpu import config as config_lib  # pylint: disable=wrong-import-position
-from estimator_tpu import testing  # pylint: disable=wrong-import-position
+from estimator_tpu import config as config_lib
+from estimator_tpu import testing
+from estimator_tpu.training import assemble
 
 NUM_TRAIN = 200
 NUM_EVAL = 37
@@ -40,9 +41,10 @@ def tiny_config(model_dir, **train):
 @pytest.fixture(scope="session")
 def trained_model_dir(tmp_path_factory, digits_dir):
   """A model_dir where train.py trained the tiny network 4 steps, with config.json."""
-  import train  # pylint: disable=g-import-not-at-top
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from estimator_tpu import flags as flags_lib  # pylint: disable=g-import-not-at-top
+  from absl import flags
+
+  from estimator_tpu import flags as flags_lib
+  import train
   model_dir = str(tmp_path_factory.mktemp("trained"))
   flag_values = flags.FlagValues()
   flags_lib.define_flags(flag_values)
@@ -57,12 +59,11 @@ def trained_model_dir(tmp_path_factory, digits_dir):
 
 @pytest.fixture(scope="session")
 def exported_model(tmp_path_factory, trained_model_dir):
-  """The SavedModel version dir export.py writes for trained_model_dir (both signatures, warm-up)."""
-  from estimator_tpu import export_lib  # pylint: disable=g-import-not-at-top
-  from estimator_tpu import runner  # pylint: disable=g-import-not-at-top
+  """The SavedModel version dir export.py writes for trained_model_dir (signatures, warm-up)."""
+  from estimator_tpu.export import saved_model as export_lib
   export_dir = str(tmp_path_factory.mktemp("export"))
-  config, checkpoint = runner.prepare_export(trained_model_dir, export_dir)
-  return export_lib.export_saved_model(runner.build(config), export_dir,
+  config, checkpoint = assemble.prepare_export(trained_model_dir, export_dir)
+  return export_lib.export_saved_model(assemble.build(config), export_dir,
                                        config.data.image_size, checkpoint_path=checkpoint)
 
 
@@ -80,8 +81,9 @@ IMAGE_FOLDER_REJECTED = {"cat/empty.jpg": "empty_file",
 
 def image_bytes(array, fmt="JPEG", mode="RGB", **save_args):
   """Encodes an RGB uint8 array in `fmt` after converting it to `mode`."""
-  import io  # pylint: disable=g-import-not-at-top
-  from PIL import Image  # pylint: disable=g-import-not-at-top
+  import io
+
+  from PIL import Image
   buffer = io.BytesIO()
   Image.fromarray(array, "RGB").convert(mode).save(buffer, format=fmt,
                                                    **save_args)
@@ -90,7 +92,7 @@ def image_bytes(array, fmt="JPEG", mode="RGB", **save_args):
 
 def write_image_folder(root):
   """Writes the tree described above under root; returns root."""
-  from estimator_tpu import datasets  # pylint: disable=g-import-not-at-top
+  from estimator_tpu.data import digits as datasets
   images, _ = datasets.digit_arrays(limit=30, size=32)
   files = {}
   for c, name in enumerate(IMAGE_FOLDER_CLASSES):

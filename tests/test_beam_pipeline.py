@@ -10,22 +10,23 @@ import apache_beam as beam
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
+import conftest
 import numpy as np
 from PIL import Image
 import pytest
 import tensorflow as tf
 
-import conftest
-from estimator_tpu import beam_pipeline as bp
-from estimator_tpu import datasets
-from estimator_tpu import features
-from estimator_tpu import preprocess_inputs
-from estimator_tpu import preprocess_plan as plan_lib
+from estimator_tpu.beam import pipeline as bp
+from estimator_tpu.beam import plan as plan_lib
+from estimator_tpu.beam import sources
+from estimator_tpu.data import digits
+from estimator_tpu.data import layout
+from estimator_tpu.data import schema
 
 
 @pytest.fixture(scope="module")
 def digit():
-  images, _ = datasets.digit_arrays(limit=1, size=32)
+  images, _ = digits.digit_arrays(limit=1, size=32)
   return images[0]
 
 
@@ -34,16 +35,16 @@ def _decode(jpeg_bytes):
 
 
 def test_encode_example_round_trip_keeps_rgb_jpeg_bytes(digit):
-  jpeg = datasets.encode_jpeg(digit)
+  jpeg = digits.encode_jpeg(digit)
   encoded = bp.encode_example(jpeg, 3, "three", "/data/three/1.jpg")
-  parsed = features.parse_example(tf.constant(encoded.serialized))
+  parsed = schema.parse_example(tf.constant(encoded.serialized))
   assert parsed["image_bytes"].numpy() == jpeg
   assert parsed["label"].numpy() == 3
   assert parsed["class_name"].numpy() == b"three"
   assert parsed["filename"].numpy() == b"/data/three/1.jpg"
   assert (encoded.height, encoded.width, encoded.converted) == (32, 32, False)
   example = tf.train.Example.FromString(encoded.serialized)
-  assert example.features.feature[features.LABEL].int64_list.value == [4]
+  assert example.features.feature[schema.LABEL].int64_list.value == [4]
 
 
 def test_progressive_rgb_jpeg_is_stored_byte_for_byte(digit):
@@ -85,7 +86,7 @@ def test_sixteen_bit_grayscale_png_is_scaled_not_clipped():
 
 def test_max_size_downsizes_the_long_side():
   photo = np.random.default_rng(0).integers(0, 255, (60, 80, 3), np.uint8)
-  jpeg = datasets.encode_jpeg(photo)
+  jpeg = digits.encode_jpeg(photo)
   image = bp.encode_image(jpeg, max_size=40)
   assert (image.height, image.width) == (30, 40)
   assert _decode(image.jpeg_bytes).size == (40, 30)
@@ -99,7 +100,7 @@ def test_max_size_downsizes_the_long_side():
 ])
 def test_bad_bytes_are_rejected_with_a_reason(digit, data, reason):
   if data is None:
-    data = datasets.encode_jpeg(digit)[:200]
+    data = digits.encode_jpeg(digit)[:200]
   with pytest.raises(plan_lib.RejectedInput) as raised:
     bp.encode_example(data, 0, "zero", "x.jpg")
   assert raised.value.reason == reason
@@ -138,7 +139,7 @@ def _records(output_dir, split):
       "shards"]]
   records = {}
   for serialized in tf.data.TFRecordDataset(paths):
-    parsed = features.parse_example(serialized)
+    parsed = schema.parse_example(serialized)
     records[parsed["filename"].numpy().decode()] = (
         int(parsed["label"]), parsed["class_name"].numpy().decode(),
         parsed["image_bytes"].numpy())
@@ -146,7 +147,7 @@ def _records(output_dir, split):
 
 
 def _manifest(output_dir):
-  path = os.path.join(output_dir, plan_lib.MANIFEST_FILE)
+  path = os.path.join(output_dir, layout.MANIFEST_FILE)
   with open(path, encoding="utf-8") as f:
     return json.load(f)
 
@@ -154,7 +155,7 @@ def _manifest(output_dir):
 @pytest.fixture(scope="module")
 def folder_plan(image_folder, tmp_path_factory):
   out = str(tmp_path_factory.mktemp("folder_run"))
-  return preprocess_inputs.make_plan(out, input_dir=image_folder,
+  return sources.make_plan(out, input_dir=image_folder,
                                      validation_fraction=0.25, num_shards=2)
 
 
@@ -171,7 +172,7 @@ def folder_run(folder_plan):
 
 def _planned_counts(plan, image_folder):
   """{split: {class: images}} the plan sends to each split, bad files aside."""
-  counts = {split: collections.Counter() for split in plan_lib.SPLITS}
+  counts = {split: collections.Counter() for split in layout.SPLITS}
   for item in plan.items:
     if os.path.relpath(item.path, image_folder) not in \
         conftest.IMAGE_FOLDER_REJECTED:
@@ -189,7 +190,7 @@ def test_pipeline_counts_labels_and_rejects(folder_run, folder_plan,
                for name in manifest["labels"]}
   assert per_class == conftest.IMAGE_FOLDER_EXPECTED
   planned = _planned_counts(folder_plan, image_folder)
-  for split in plan_lib.SPLITS:
+  for split in layout.SPLITS:
     assert splits[split]["per_class"] == dict(planned[split])
   assert splits["train"]["count"] + splits["validation"]["count"] == 27
   assert 3 <= splits["validation"]["count"] <= 12  # 27 * 0.25, give or take.
@@ -203,13 +204,13 @@ def test_pipeline_counts_labels_and_rejects(folder_run, folder_plan,
   assert manifest["images"]["converted"] == 3  # gray, cmyk, png_named.
   assert manifest["images"]["height"] == {"min": 32, "max": 32, "mean": 32.0}
   assert manifest["inputs"] == 31
-  path = os.path.join(folder_run, plan_lib.REJECTED_FILE)
+  path = os.path.join(folder_run, layout.REJECTED_FILE)
   with open(path, encoding="utf-8") as f:
     rows = list(csv.reader(f))
   assert rows[0] == ["path", "reason"]
   assert {os.path.relpath(p, image_folder): r.split(":")[0]
           for p, r in rows[1:]} == conftest.IMAGE_FOLDER_REJECTED
-  path = os.path.join(folder_run, plan_lib.LABELS_FILE)
+  path = os.path.join(folder_run, layout.LABELS_FILE)
   with open(path, encoding="utf-8") as f:
     assert f.read() == "cat\ndog\nñandú\n"
   assert not [n for n in os.listdir(folder_run) if n.startswith(".")]
@@ -234,7 +235,7 @@ def test_shards_hold_the_records(folder_run, image_folder):
 
 def test_every_class_is_in_both_splits(folder_run):
   splits = _manifest(folder_run)["splits"]
-  for split in plan_lib.SPLITS:
+  for split in layout.SPLITS:
     assert all(n > 0 for n in splits[split]["per_class"].values())
 
 
@@ -258,12 +259,12 @@ def test_csv_and_folder_inputs_give_identical_records(
   labels = tmp_path / "labels.txt"
   labels.write_text("cat\ndog\nñandú\n", encoding="utf-8")
   out = str(tmp_path / "out")
-  plan = preprocess_inputs.make_plan(
+  plan = sources.make_plan(
       out, input_csv=str(tmp_path / "files.csv"), labels_file=str(labels),
       validation_fraction=0.25, num_shards=2)
   with test_pipeline.TestPipeline() as p:
     bp.build_pipeline(p, plan)
-  for split in plan_lib.SPLITS:
+  for split in layout.SPLITS:
     assert _records(out, split) == _records(folder_run, split)
   assert _manifest(out)["rejected"]["by_reason"] == {
       "corrupt_image": 1, "duplicate_path": 1, "empty_file": 1,
@@ -277,7 +278,7 @@ def test_csv_rows_of_missing_files_are_rejected(image_folder, tmp_path):
   os.makedirs(tmp_path / "dog")
   with open(good, "rb") as src, open(tmp_path / "dog" / "01.jpg", "wb") as dst:
     dst.write(src.read())  # Relative paths are relative to the CSV.
-  plan = preprocess_inputs.make_plan(str(tmp_path / "out"),
+  plan = sources.make_plan(str(tmp_path / "out"),
                                      input_csv=str(tmp_path / "files.csv"))
   with test_pipeline.TestPipeline() as p:
     outputs = bp.build_pipeline(p, plan)
@@ -290,11 +291,11 @@ def test_csv_rows_of_missing_files_are_rejected(image_folder, tmp_path):
 
 def test_the_same_inputs_give_the_same_shards(folder_run, image_folder,
                                               tmp_path):
-  plan = preprocess_inputs.make_plan(str(tmp_path), input_dir=image_folder,
+  plan = sources.make_plan(str(tmp_path), input_dir=image_folder,
                                      validation_fraction=0.25, num_shards=2)
   with test_pipeline.TestPipeline() as p:
     bp.build_pipeline(p, plan)
-  for split in plan_lib.SPLITS:
+  for split in layout.SPLITS:
     for name in _manifest(folder_run)["splits"][split]["shards"]:
       again = {r.numpy() for r in tf.data.TFRecordDataset(
           str(tmp_path / name))}
@@ -304,7 +305,7 @@ def test_the_same_inputs_give_the_same_shards(folder_run, image_folder,
 
 
 def test_build_pipeline_exposes_stats_to_assert_that(image_folder, tmp_path):
-  plan = preprocess_inputs.make_plan(str(tmp_path), input_dir=image_folder,
+  plan = sources.make_plan(str(tmp_path), input_dir=image_folder,
                                      validation_fraction=0.0)
   with test_pipeline.TestPipeline() as p:
     outputs = bp.build_pipeline(p, plan)

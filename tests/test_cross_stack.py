@@ -1,4 +1,4 @@
-"""A SavedModel exported on this stack predicts the same on the other stack (TF Serving version skew)."""
+"""A SavedModel exported on this stack predicts the same on the other (TF Serving version skew)."""
 
 import csv
 import os

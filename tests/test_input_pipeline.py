@@ -1,12 +1,12 @@
 """input_fn: fully static shapes, transpose, exact padded evaluation, labels 0-based."""
 
+from conftest import IMAGE_SIZE
+from conftest import NUM_EVAL
 import numpy as np
 import tensorflow as tf
 
-from estimator_tpu import input_pipeline
 from estimator_tpu import testing
-
-from conftest import IMAGE_SIZE, NUM_EVAL
+from estimator_tpu.data import input_pipeline
 
 
 def _first(dataset):
@@ -56,11 +56,11 @@ def test_eval_pads_to_whole_batches_and_counts_every_record_once(digits_dir):
 
 def test_eval_labels_are_the_written_labels_minus_offset(tmp_path):
   testing.write_digits_dataset(str(tmp_path), num_train=10, num_eval=12)
-  from estimator_tpu import datasets  # pylint: disable=g-import-not-at-top
+  from estimator_tpu.data import digits as datasets
   _, expected = datasets.digit_arrays(limit=22)
   input_fn = input_pipeline.make_input_fn(
       f"{tmp_path}/validation-*", False, 32, num_examples=12, global_batch_size=4)
-  labels = np.concatenate([l.numpy() for _, l in input_fn({"batch_size": 4})])
+  labels = np.concatenate([batch.numpy() for _, batch in input_fn({"batch_size": 4})])
   np.testing.assert_array_equal(labels, expected[10:])
 
 
@@ -78,8 +78,8 @@ def test_context_shards_files_per_host(digits_dir):
     num_hosts = 2
     current_host = 1
 
-  from estimator_tpu import features  # pylint: disable=g-import-not-at-top
-  records = input_pipeline._read_records(  # pylint: disable=protected-access
+  from estimator_tpu.data import schema as features
+  records = input_pipeline._read_records(
       f"{digits_dir}/train-*", False, None, FakeContext())
   names = {features.parse_example(r)["filename"].numpy().decode().split("/")[0]
            for r in records}

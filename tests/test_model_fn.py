@@ -1,14 +1,13 @@
-"""model_fn: a TPUEstimatorSpec per mode, transpose undone, batch-norm updates, no CrossReplicaSum off TPU."""
+"""model_fn: a spec per mode, transpose undone, batch-norm updates, no CrossReplicaSum off TPU."""
 
+from conftest import tiny_config
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_tpu import input_pipeline
-from estimator_tpu import model_fn as model_fn_lib
 from estimator_tpu import stacks
-
-from conftest import tiny_config
+from estimator_tpu.data import input_pipeline
+from estimator_tpu.training import model_fn as model_fn_lib
 
 ModeKeys = stacks.ModeKeys
 

@@ -5,16 +5,16 @@ import subprocess
 import sys
 
 from absl import flags
+from conftest import IMAGE_SIZE
+from conftest import tiny_config
+import preflight_models
 import tensorflow as tf
 
-import train
 from estimator_tpu import flags as flags_lib
-from estimator_tpu import input_pipeline
-from estimator_tpu import model_fn as model_fn_lib
-from estimator_tpu import preflight
-
-from conftest import IMAGE_SIZE, tiny_config
-import preflight_models
+from estimator_tpu.data import input_pipeline
+from estimator_tpu.tpu import preflight
+from estimator_tpu.training import model_fn as model_fn_lib
+import train
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 from absl import flags
+import conftest
 import pytest
 import tensorflow as tf
 
-import conftest
-from estimator_tpu import features
-from estimator_tpu import preprocess_flags
+from estimator_tpu.beam import options
+from estimator_tpu.data import schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPROCESS = os.path.join(ROOT, "preprocess.py")
@@ -34,7 +34,7 @@ def _run(*args):
 
 def _error_line(err):
   """The single `preprocess.py: error:` line of stderr (TF may log more)."""
-  lines = [l for l in err.splitlines() if l.startswith("preprocess.py: ")]
+  lines = [line for line in err.splitlines() if line.startswith("preprocess.py: ")]
   assert len(lines) == 1, err
   return lines[0]
 
@@ -68,7 +68,7 @@ def test_writes_a_complete_dataset_and_a_summary(first_run):
   assert f"output      {out}" in stdout
   dataset = tf.data.TFRecordDataset(
       [os.path.join(out, n) for n in train["shards"]]).map(
-          features.parse_example)
+          schema.parse_example)
   labels = [int(r["label"]) for r in dataset]
   assert len(labels) == train["count"] and set(labels) == {0, 1, 2}
 
@@ -145,23 +145,23 @@ def test_overwrite_replaces_the_dataset(image_folder, tmp_path):
 
 
 def test_default_beam_options_use_every_core_with_threads():
-  assert preprocess_flags.with_defaults([]) == [
+  assert options.with_defaults([]) == [
       "--default_sdk_harness_log_level=ERROR", "--direct_num_workers=0",
       "--direct_running_mode=multi_threading"]
   for given in (["--runner=DataflowRunner"], ["--runner", "FlinkRunner"],
                 ["--direct_running_mode=multi_processing"]):
-    assert preprocess_flags.with_defaults(given)[:len(given)] == given
-    assert "--direct_num_workers=0" not in preprocess_flags.with_defaults(
+    assert options.with_defaults(given)[:len(given)] == given
+    assert "--direct_num_workers=0" not in options.with_defaults(
         given)
 
 
 def test_beam_options_pass_and_typos_do_not():
   flag_values = flags.FlagValues()
-  preprocess_flags.define_flags(flag_values)
+  options.define_flags(flag_values)
   beam_args = ["--runner", "DataflowRunner", "--project=p", "--region=r",
                "--temp_location=gs://b/tmp", "--num_workers=8",
                "--flink_master=localhost:8081", "--direct_num_workers=2"]
-  assert preprocess_flags.unknown_args(beam_args, flag_values) == []
-  assert preprocess_flags.unknown_args(["--max_sise=9"], flag_values) == [
+  assert options.unknown_args(beam_args, flag_values) == []
+  assert options.unknown_args(["--max_sise=9"], flag_values) == [
       "unknown flag --max_sise: neither a preprocess.py flag nor a Beam "
       "pipeline option; did you mean --max_size?"]

@@ -15,24 +15,25 @@ import os
 import socket
 import threading
 
-import grpc
-import numpy as np
-import pytest
-import sklearn.datasets
-import tensorflow as tf
 from google.protobuf import descriptor_pb2
 from google.protobuf import descriptor_pool
 from google.protobuf import message_factory
 from google.protobuf import text_format
 from google.protobuf import wrappers_pb2
+import grpc
+import numpy as np
 from PIL import Image
+import pytest
+import sklearn.datasets
+import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 from tensorflow_serving.config import model_server_config_pb2
 
+from estimator_tpu.data import digits as datasets
+from estimator_tpu.export import contract
+from estimator_tpu.export import warmup
 import serving
-from estimator_tpu import datasets
-from estimator_tpu import export_lib
 from serving import client
 from serving import predict as predict_lib
 
@@ -64,7 +65,7 @@ class FakeServing:
         columns.setdefault(name, []).append(value)
     inputs = {name: np.array(values, dtype=object if isinstance(values[0], bytes)
                              else np.float32) for name, values in columns.items()}
-    outputs = self.run(request.get("signature_name", export_lib.SERVING_SIGNATURE), inputs)
+    outputs = self.run(request.get("signature_name", contract.SERVING_SIGNATURE), inputs)
     rows = [{key: (value[i].decode() if isinstance(value[i], bytes) else value[i].tolist())
              for key, value in outputs.items()} for i in range(len(request["instances"]))]
     return json.dumps({"predictions": rows})
@@ -72,7 +73,7 @@ class FakeServing:
   def grpc(self, request):
     """A PredictRequest -> PredictResponse."""
     inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
-    outputs = self.run(request.model_spec.signature_name or export_lib.SERVING_SIGNATURE,
+    outputs = self.run(request.model_spec.signature_name or contract.SERVING_SIGNATURE,
                        inputs)
     response = predict_pb2.PredictResponse()
     for key, value in outputs.items():
@@ -83,7 +84,7 @@ class FakeServing:
 class _RestHandler(http.server.BaseHTTPRequestHandler):
   fake = None
 
-  def do_POST(self):  # pylint: disable=invalid-name
+  def do_POST(self):
     body = self.rfile.read(int(self.headers["Content-Length"])).decode()
     if self.path != f"/v1/models/{self.fake.model_name}:predict":
       return self._answer(404, {"error": f"Servable not found for request: {self.path}"})
@@ -109,7 +110,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
   def __init__(self, fake):
     self.fake = fake
 
-  def Predict(self, request, context):  # pylint: disable=invalid-name
+  def Predict(self, request, context):
     if request.model_spec.name != self.fake.model_name:
       context.abort(grpc.StatusCode.NOT_FOUND,
                     f"Servable not found for request: Latest({request.model_spec.name})")
@@ -188,9 +189,9 @@ def free_port():
 def test_rest_body_is_tf_serving_row_format(image_files):
   inputs = client.read_inputs(image_files[:2])
   body = json.loads(client.build_rest_body(inputs))
-  assert body["signature_name"] == export_lib.SERVING_SIGNATURE
-  assert [list(i) for i in body["instances"]] == [[export_lib.IMAGE_BYTES]] * 2
-  assert [base64.b64decode(i[export_lib.IMAGE_BYTES]["b64"]) for i in body["instances"]] == inputs
+  assert body["signature_name"] == contract.SERVING_SIGNATURE
+  assert [list(i) for i in body["instances"]] == [[contract.IMAGE_BYTES]] * 2
+  assert [base64.b64decode(i[contract.IMAGE_BYTES]["b64"]) for i in body["instances"]] == inputs
 
 
 def test_rest_request_decoded_like_tf_serving_matches_serving_predict(
@@ -203,19 +204,19 @@ def test_grpc_request_decoded_like_tf_serving_matches_serving_predict(
     fake, image_files, expected):
   request = client.build_grpc_request(client.read_inputs(image_files), serving.MODEL_NAME)
   assert request.model_spec.name == serving.MODEL_NAME
-  assert request.model_spec.signature_name == export_lib.SERVING_SIGNATURE
-  assert tf.make_ndarray(request.inputs[export_lib.IMAGE_BYTES]).shape == (len(image_files),)
+  assert request.model_spec.signature_name == contract.SERVING_SIGNATURE
+  assert tf.make_ndarray(request.inputs[contract.IMAGE_BYTES]).shape == (len(image_files),)
   assert_same(client.parse_grpc_response(fake.grpc(request)), expected)
 
 
 def test_predict_images_requests_give_the_same_answer(fake, image_files, expected):
-  signature = export_lib.PREDICT_IMAGES_SIGNATURE
+  signature = contract.PREDICT_IMAGES_SIGNATURE
   images = client.read_inputs(image_files, signature, IMAGE_SIZE)
   assert images[0].shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and images[0].dtype == np.float32
   body = client.build_rest_body(images, signature)
   assert_same(client.parse_rest_response(fake.rest(body)), expected)
   request = client.build_grpc_request(images, serving.MODEL_NAME, signature)
-  assert list(request.inputs) == [export_lib.IMAGES]
+  assert list(request.inputs) == [contract.IMAGES]
   assert_same(client.parse_grpc_response(fake.grpc(request)), expected)
 
 
@@ -334,7 +335,7 @@ def test_batching_parameters_parse_and_are_consistent():
     parameters = text_format.Parse(f.read(), batching_parameters_class()())
   sizes = list(parameters.allowed_batch_sizes)
   assert sizes == sorted(sizes) and sizes[-1] == parameters.max_batch_size.value
-  assert set(export_lib.WARMUP_BATCH_SIZES) <= set(sizes)
+  assert set(warmup.WARMUP_BATCH_SIZES) <= set(sizes)
   assert parameters.num_batch_threads.value >= 1
 
 
@@ -346,5 +347,5 @@ def test_readme_commands_match_the_config():
                "--enable_batching --batching_parameters_file=/config/batching_parameters.txt",
                f"localhost:{serving.REST_PORT}/v1/models/{serving.MODEL_NAME}:predict",
                '"image_bytes": {"b64":', "python -m serving.client", "python -m serving.predict",
-               export_lib.PREDICT_IMAGES_SIGNATURE, "INVALID_ARGUMENT"):
+               contract.PREDICT_IMAGES_SIGNATURE, "INVALID_ARGUMENT"):
     assert text in readme, text

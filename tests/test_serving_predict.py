@@ -7,12 +7,12 @@ import os
 import re
 
 import numpy as np
+from PIL import Image
 import pytest
 import tensorflow as tf
-from PIL import Image
 
-from estimator_tpu import datasets
-from estimator_tpu import export_lib
+from estimator_tpu.data import digits as datasets
+from estimator_tpu.export import contract
 from serving import predict
 
 IMAGE_SIZE = 32
@@ -54,11 +54,11 @@ def class_folders(tmp_path_factory):
 def direct_answers(exported_model, paths):
   """{path: (class, probability)} straight from the serving_default signature."""
   loaded = tf.saved_model.load(exported_model)
-  image_bytes = [open(p, "rb").read() for p in paths]  # pylint: disable=consider-using-with
-  outputs = loaded.signatures[export_lib.SERVING_SIGNATURE](image_bytes=tf.constant(image_bytes))
-  probabilities = outputs[export_lib.PROBABILITIES].numpy()
+  image_bytes = [open(p, "rb").read() for p in paths]
+  outputs = loaded.signatures[contract.SERVING_SIGNATURE](image_bytes=tf.constant(image_bytes))
+  probabilities = outputs[contract.PROBABILITIES].numpy()
   return {p: (c.decode(), float(probabilities[i].max()))
-          for i, (p, c) in enumerate(zip(paths, outputs[export_lib.CLASS].numpy()))}
+          for i, (p, c) in enumerate(zip(paths, outputs[contract.CLASS].numpy()))}
 
 
 def test_folder_with_a_corrupt_file(exported_model, class_folders, tmp_path, capsys):
@@ -138,7 +138,7 @@ def test_unlabelled_glob_prints_no_accuracy(exported_model, class_folders, tmp_p
 
 def test_a_failing_batch_is_retried_image_by_image(predictor, class_folders):
   good = sorted(glob.glob(os.path.join(class_folders, "*", "*.jpg")))[:3]
-  image_bytes = [open(p, "rb").read() for p in good]  # pylint: disable=consider-using-with
+  image_bytes = [open(p, "rb").read() for p in good]
   results = predictor.predict(image_bytes[:2] + [b"garbage"] + image_bytes[2:])
   assert [r.error is None for r in results] == [True, True, False, True]
   # TF 2.15 lists JPEG, PNG, GIF, BMP; TF 2.21 adds JPEG XL and WebP.

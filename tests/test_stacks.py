@@ -71,7 +71,7 @@ def test_one_estimator_namespace_with_the_tpu_classes():
 
 
 def test_compat_tf_offers_tf_estimator_on_both_stacks():
-  from estimator_tpu.compat import tf as compat_tf  # pylint: disable=g-import-not-at-top
+  from estimator_tpu.compat import tf as compat_tf
   assert compat_tf.estimator is stacks.estimator
   assert compat_tf.contrib.tpu.TPUEstimator is stacks.tpu.TPUEstimator
   assert compat_tf.estimator.tpu.RunConfig is stacks.tpu.RunConfig
@@ -83,7 +83,7 @@ def test_standins_serve_only_what_tensorflow_lacks():
     assert served == sorted(tf_standins.STANDINS)
   else:
     assert served == []
-    from tensorflow.python.tpu import session_support as real  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.tpu import session_support as real
     assert real.__name__ == "tensorflow.python.tpu.session_support"
 
 
@@ -104,9 +104,9 @@ def test_tpu_embedding_parameters_refuse_naming_the_stack():
                      match=r"TPU embeddings .*AdagradParameters .*tf2\.15 stack"):
     tpu_embedding.AdagradParameters(0.1)
   with pytest.raises(_refusal.UnavailableOnThisStack, match=r"tpu_embedding\.TPUEmbedding"):
-    tpu_embedding.TPUEmbedding  # pylint: disable=pointless-statement
+    tpu_embedding.TPUEmbedding  # noqa: B018 -- the attribute access is what raises
   with pytest.raises(AttributeError):
-    tpu_embedding.__wrapped__  # pylint: disable=pointless-statement
+    tpu_embedding.__wrapped__  # noqa: B018 -- the attribute access is what raises
   with pytest.raises(_refusal.UnavailableOnThisStack, match="create_dummy_table_variables"):
     tpu_embedding_gradient.create_dummy_table_variables(None)
 
@@ -151,7 +151,7 @@ def test_run_config_with_a_cluster_and_a_strategy_runs_the_coordinator(monkeypat
                                               "task": {"type": "worker", "index": 0}}))
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   config = stacks.estimator.RunConfig(train_distribute=strategy)
-  assert config._distribute_coordinator_mode == "independent_worker"  # pylint: disable=protected-access
+  assert config._distribute_coordinator_mode == "independent_worker"
   assert estimator_training.should_run_distribute_coordinator(config)
   assert config.cluster_spec.as_dict() == cluster
   local = stacks.estimator.RunConfig()

@@ -8,20 +8,20 @@ import sys
 import time
 
 from absl import flags
+from conftest import IMAGE_SIZE
+from conftest import NUM_EVAL
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from estimator_tpu import config as config_lib
-from estimator_tpu import features
 from estimator_tpu import flags as flags_lib
-from estimator_tpu import input_pipeline
-from estimator_tpu import loop
-from estimator_tpu import runner
 from estimator_tpu import testing
+from estimator_tpu.data import input_pipeline
+from estimator_tpu.data import schema
+from estimator_tpu.training import assemble
+from estimator_tpu.training import loop
 import train
-
-from conftest import IMAGE_SIZE, NUM_EVAL
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
@@ -53,7 +53,9 @@ def test_trained_model_dir_has_checkpoint_config_history_and_curves(trained_mode
   history = _history(trained_model_dir)
   assert [h["step"] for h in history] == [4]
   assert history[0]["num_eval_examples"] == NUM_EVAL
-  assert 0.0 <= history[0]["accuracy"] <= 1.0
+  # Exact eval: accuracy is a whole number of the 37 images over 37.
+  correct = history[0]["accuracy"] * NUM_EVAL
+  assert abs(correct - round(correct)) < 1e-4 and 0 <= round(correct) <= NUM_EVAL
   with open(os.path.join(trained_model_dir, "learning_curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -62,7 +64,7 @@ def _validation_bytes_and_labels(digits_dir):
   images, labels = [], []
   for path in sorted(tf.io.gfile.glob(f"{digits_dir}/validation-*")):
     for record in tf.data.TFRecordDataset(path):
-      parsed = features.parse_example(record)
+      parsed = schema.parse_example(record)
       images.append(parsed["image_bytes"].numpy())
       labels.append(int(parsed["label"]))
   return images, np.array(labels)
@@ -70,7 +72,7 @@ def _validation_bytes_and_labels(digits_dir):
 
 def test_exact_eval_counts_37_with_batch_8_and_matches_numpy(trained_model_dir, digits_dir):
   config = config_lib.read_config(trained_model_dir)
-  estimator = runner.build(config)
+  estimator = assemble.build(config)
   eval_fn = input_pipeline.make_input_fn(
       f"{digits_dir}/validation-*", False, IMAGE_SIZE, num_examples=NUM_EVAL,
       global_batch_size=8)

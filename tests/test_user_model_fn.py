@@ -1,20 +1,20 @@
-"""train.py/export.py --model_fn: a user's own TPUEstimator model_fn in our loop, eval and export."""
+"""train.py/export.py --model_fn: a user's own model_fn in our loop, eval and export."""
 
 import json
 import os
 
 from absl import flags
+from conftest import IMAGE_SIZE
+from conftest import NUM_EVAL
 import numpy as np
 import tensorflow as tf
 
 from estimator_tpu import config as config_lib
-from estimator_tpu import datasets
 from estimator_tpu import flags as flags_lib
-from estimator_tpu import runner
+from estimator_tpu.data import digits
+from estimator_tpu.training import user_model_fn
 import export
 import train
-
-from conftest import IMAGE_SIZE, NUM_EVAL
 
 LEGACY = "examples.legacy_tpu_model.model:model_fn"
 
@@ -46,8 +46,8 @@ def test_legacy_example_model_fn_trains_evaluates_exactly_and_exports(tmp_path, 
   version = max(os.listdir(export_dir), key=int)
   signature = tf.saved_model.load(os.path.join(export_dir, version)).signatures[
       "serving_default"]
-  images, _ = datasets.digit_arrays(limit=3)
-  outputs = signature(image_bytes=tf.constant([datasets.encode_jpeg(i) for i in images]))
+  images, _ = digits.digit_arrays(limit=3)
+  outputs = signature(image_bytes=tf.constant([digits.encode_jpeg(i) for i in images]))
   probabilities = outputs["probabilities"].numpy()
   assert probabilities.shape == (3, 10)
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
@@ -65,7 +65,7 @@ def test_count_is_added_to_dict_style_metric_tensors():
     labels = tf.constant([0, 1, 1])
     logits = tf.constant([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     weights = tf.constant([1.0, 1.0, 0.0])
-    fn, tensors = runner._count_metric_fn(  # pylint: disable=protected-access
+    fn, tensors = user_model_fn._count_metric_fn(
         metric_fn, {"labels": labels, "logits": logits}, weights)
     result = fn(**tensors)
     with tf.compat.v1.Session() as session:

@@ -48,7 +48,7 @@ class CheckpointInputPipelineHook(tf.compat.v1.train.SessionRunHook):
 
   def __init__(self, estimator, external_state_policy=None):
     config = estimator.config
-    self._policy = experimental_iterator_ops._convert_external_state_policy_to_enum(  # pylint: disable=protected-access
+    self._policy = experimental_iterator_ops._convert_external_state_policy_to_enum(
         external_state_policy or "fail")
     prefix = "input"
     if config.num_worker_replicas > 1:
@@ -61,9 +61,9 @@ class CheckpointInputPipelineHook(tf.compat.v1.train.SessionRunHook):
 
   def begin(self):
     iterators = tf.compat.v1.get_collection(iterator_ops.GLOBAL_ITERATORS)
-    saveables = [iterator_ops._IteratorSaveable(  # pylint: disable=protected-access
+    saveables = [iterator_ops._IteratorSaveable(
         iterator, iterator.name, external_state_policy=self._policy) for iterator in iterators]
-    self._saver_hook._saver = _InputSaver(saveables, self._latest_filename)  # pylint: disable=protected-access
+    self._saver_hook._saver = _InputSaver(saveables, self._latest_filename)
     self._saver_hook.begin()
 
   def after_create_session(self, session, coord):
@@ -83,7 +83,6 @@ class CheckpointInputPipelineHook(tf.compat.v1.train.SessionRunHook):
 
   def _restore_or_save(self, session):
     """Resumes the iterators from the newest input checkpoint, or saves the first one."""
-    # pylint: disable=protected-access
     hook = self._saver_hook
     latest = tf.train.latest_checkpoint(hook._checkpoint_dir, latest_filename=self._latest_filename)
     if latest:

@@ -30,7 +30,7 @@ class LocalClusterResolver(tf.distribute.cluster_resolver.SimpleClusterResolver)
     return "LocalClusterResolver(master='')"
 
 
-def TPUClusterResolver(tpu=None, *args, **kwargs):  # pylint: disable=invalid-name
+def TPUClusterResolver(tpu=None, *args, **kwargs):
   """Resolves a Cloud TPU, or returns a LocalClusterResolver when none is named.
 
   Args:

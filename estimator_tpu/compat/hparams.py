@@ -25,12 +25,12 @@ def _cast(name, param_type, value):
   """Casts `value` to `param_type` the way TF 1's HParams allowed."""
   fail = ValueError(f"Could not cast hparam '{name}' of type "
                     f"'{param_type}' from value {value!r}")
-  if type(value) == param_type:  # pylint: disable=unidiomatic-typecheck
+  if type(value) is param_type:  # exact type: bool is an int, and must not pass as one
     return value
   if issubclass(param_type, type(None)):
     return value
-  is_text = lambda v: isinstance(v, (str, bytes))
-  if issubclass(param_type, (str, bytes)) and not is_text(value):
+  is_text = isinstance(value, (str, bytes))
+  if issubclass(param_type, (str, bytes)) and not is_text:
     raise fail
   if issubclass(param_type, bool) != isinstance(value, bool):
     raise fail

@@ -53,8 +53,8 @@ def layer_norm(inputs, center=True, scale=True, activation_fn=None,
       raise ValueError(f"Inputs {inputs.name}: shape {inputs.shape} must be "
                        f"fully defined from axis {begin_params_axis}.")
     dtype = inputs.dtype.base_dtype
-    make = lambda name, init: _model_variable(
-        name, params_shape, dtype, init, variables_collections, trainable)
+    def make(name, init):
+      return _model_variable(name, params_shape, dtype, init, variables_collections, trainable)
     beta = make("beta", v1.zeros_initializer()) if center else None
     gamma = make("gamma", v1.ones_initializer()) if scale else None
     mean, variance = tf.nn.moments(

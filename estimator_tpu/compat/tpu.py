@@ -30,7 +30,7 @@ def in_tpu_computation():
     return True
   graph = tf.compat.v1.get_default_graph()
   while graph is not None:
-    context = graph._get_control_flow_context()  # pylint: disable=protected-access
+    context = graph._get_control_flow_context()
     while context is not None:
       if isinstance(context, tpu_replication.TPUReplicateContext):
         return True

@@ -9,6 +9,6 @@ class UnavailableOnThisStack(NotImplementedError):
   """A TPU-only feature whose TensorFlow half was removed in TF 2.16."""
 
   def __init__(self, feature):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
     super().__init__(f"{feature} is not available on TensorFlow {tf.__version__}: "
                      f"{STACK_HINT}.")

@@ -49,7 +49,6 @@ def global_id(cluster_spec, task_type, task_id):
 
 def configure_from_worker_context(config, context):
   """Points a RunConfig copy at one task: its cluster, role, master and counts."""
-  # pylint: disable=protected-access
   config._service = None
   config._task_type, config._task_id = context.task_type, context.task_id
   config._master = config._evaluation_master = context.master_target
@@ -74,7 +73,6 @@ def configure_from_worker_context(config, context):
 
 def _take_experimental_distribute(config):
   """Moves experimental_distribute's strategies into train/eval_distribute."""
-  # pylint: disable=protected-access
   experimental = config._experimental_distribute
   if not experimental:
     return
@@ -95,7 +93,6 @@ def init_run_config(config, tf_config):
   through experimental_distribute makes this process a STANDALONE_CLIENT;
   anything else is the RunConfig's usual TF_CONFIG handling.
   """
-  # pylint: disable=protected-access
   _take_experimental_distribute(config)
   cluster_spec = server_lib.ClusterSpec(tf_config.get("cluster", {}))
   config._init_distributed_setting_from_environment_var({})
@@ -129,7 +126,6 @@ def should_run_distribute_coordinator(config):
 
 def _local_copy(estimator, strategy, for_training):
   """A copy of estimator configured for the task whose worker context is current."""
-  # pylint: disable=protected-access
   local = copy.deepcopy(estimator)
   if for_training:
     local._config._train_distribute = strategy
@@ -145,7 +141,7 @@ def _local_copy(estimator, strategy, for_training):
 def train_and_evaluate(estimator, train_spec, eval_spec, executor_cls):
   """tf.estimator.train_and_evaluate for a cluster: workers train, an evaluator evaluates."""
   run_config = estimator.config
-  mode = run_config._distribute_coordinator_mode  # pylint: disable=protected-access
+  mode = run_config._distribute_coordinator_mode
   if not mode:
     raise ValueError("the RunConfig names no distribute coordinator mode")
 
@@ -158,7 +154,7 @@ def train_and_evaluate(estimator, train_spec, eval_spec, executor_cls):
 
   def eval_fn(strategy):
     local = _local_copy(estimator, strategy, for_training=False)
-    executor_cls(local, train_spec, eval_spec)._start_continuous_evaluation()  # pylint: disable=protected-access
+    executor_cls(local, train_spec, eval_spec)._start_continuous_evaluation()
 
   standalone = mode == dc.CoordinatorMode.STANDALONE_CLIENT
   dc.run_distribute_coordinator(
@@ -169,7 +165,6 @@ def train_and_evaluate(estimator, train_spec, eval_spec, executor_cls):
 
 def _run_standalone(estimator, strategy, method, role_fn):
   """Runs role_fn(local_estimator, strategy) on every task of a STANDALONE_CLIENT run."""
-  # pylint: disable=protected-access
   config = estimator._config
   cluster_spec = multi_worker_util.normalize_cluster_spec(config.cluster_spec)
   if EVALUATOR in cluster_spec.jobs:
@@ -196,7 +191,7 @@ def estimator_train(estimator, train_distributed_fn, hooks):
     train_distributed_fn(local, strategy, hooks if is_chief else [])
     return local
 
-  return _run_standalone(estimator, estimator._config._train_distribute,  # pylint: disable=protected-access
+  return _run_standalone(estimator, estimator._config._train_distribute,
                          "train", worker_fn)
 
 
@@ -208,5 +203,5 @@ def estimator_evaluate(estimator, evaluate_distributed_fn, hooks):
     is_chief = dc_context.get_current_worker_context().is_chief
     return evaluate_distributed_fn(local, strategy, hooks if is_chief else [])
 
-  return _run_standalone(estimator, estimator._config._eval_distribute,  # pylint: disable=protected-access
+  return _run_standalone(estimator, estimator._config._eval_distribute,
                          "evaluate", worker_fn)

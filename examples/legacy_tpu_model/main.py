@@ -11,7 +11,6 @@ harmless off TPU by estimator_tpu.compat.
 import os
 
 from estimator_tpu.compat import tf
-
 from examples.legacy_tpu_model import model
 
 NUM_LABEL_CLASSES = 10

@@ -1,0 +1,66 @@
+"""The flat layout's module paths (before data/, beam/, training/, tpu/, export/), for one release.
+
+`import estimator_tpu.preprocessing` (say) still works: it gives the module's
+new home, estimator_tpu.data.image_ops, and warns once with the new path.
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+# Old module (under estimator_tpu) -> its new home.
+MOVED = {
+    "features": "estimator_tpu.data.schema",
+    "dataset_info": "estimator_tpu.data.data_dir",
+    "preprocessing": "estimator_tpu.data.image_ops",
+    "input_pipeline": "estimator_tpu.data.input_pipeline",
+    "preprocess_flags": "estimator_tpu.beam.options",
+    "preprocess_inputs": "estimator_tpu.beam.sources",
+    "preprocess_plan": "estimator_tpu.beam.plan",
+    "beam_pipeline": "estimator_tpu.beam.pipeline",
+    "model": "estimator_tpu.training.networks",
+    "metrics": "estimator_tpu.training.metrics",
+    "optimization": "estimator_tpu.training.optimization",
+    "estimator": "estimator_tpu.training.tpu_estimator",
+    "distributed": "estimator_tpu.training.strategy_estimator",
+    "loop": "estimator_tpu.training.loop",
+    "curves": "estimator_tpu.training.curves",
+    "runner": "estimator_tpu.training.assemble",
+    "tpu_checks": "estimator_tpu.tpu.checks",
+    "export_lib": "estimator_tpu.export.saved_model",
+}
+# estimator_tpu.datasets is a file of its own (datasets.py), so `python -m` still runs it.
+# model_fn and preflight are names of the public API now (the function, not the module).
+
+
+def moved_message(old, new):
+  return f"{old} moved to {new}; the old path goes away in the next release"
+
+
+class _AliasLoader(importlib.abc.Loader):
+  def __init__(self, new):
+    self._new = new
+
+  def create_module(self, spec):
+    warnings.warn(moved_message(spec.name, self._new), FutureWarning, stacklevel=2)
+    return importlib.import_module(self._new)
+
+  def exec_module(self, module):
+    pass
+
+
+class MovedFinder(importlib.abc.MetaPathFinder):
+  """Finds estimator_tpu.<old name> as its new module."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    package, _, name = fullname.rpartition(".")
+    if package != "estimator_tpu" or name not in MOVED:
+      return None
+    return importlib.util.spec_from_loader(fullname, _AliasLoader(MOVED[name]))
+
+
+def install():
+  if not any(isinstance(finder, MovedFinder) for finder in sys.meta_path):
+    sys.meta_path.append(MovedFinder())

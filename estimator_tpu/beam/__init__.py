@@ -1,0 +1,1 @@
+"""The Apache Beam preprocessing job: options, input sources, split/shard plan, pipeline."""

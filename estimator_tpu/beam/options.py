@@ -1,0 +1,88 @@
+"""preprocess.py's flags: define_flags(), and the Beam options it passes on."""
+
+import difflib
+import logging
+
+from absl import flags
+from apache_beam.options.pipeline_options import PipelineOptions
+
+# Without any of these, the DirectRunner uses every core. Threads, not
+# processes: PIL decodes with the GIL released, while each worker process
+# pays TensorFlow's import (2 cores, 10,000 images: processes took 2-3x as
+# long as threads; see docs/PREPROCESS.md).
+_RUNNER_FLAGS = ("--runner", "--direct_num_workers", "--direct_running_mode")
+_LOG_LEVEL_FLAG = "--default_sdk_harness_log_level"
+DEFAULT_DIRECT_ARGS = ("--direct_num_workers=0",
+                       "--direct_running_mode=multi_threading")
+
+
+def define_flags(flag_values=flags.FLAGS):
+  """Defines preprocess.py's flags on flag_values (call once, in main)."""
+  flags.DEFINE_string("input_dir", None, "Folder of class sub-folders of "
+                      "images (local or gs://).", flag_values=flag_values)
+  flags.DEFINE_string("input_csv", None, "CSV of `path,label` rows; relative "
+                      "paths are relative to the CSV.", flag_values=flag_values)
+  flags.DEFINE_string("labels_file", None, "Class names, one per line, in "
+                      "label order. Default: the sorted class names found.",
+                      flag_values=flag_values)
+  flags.DEFINE_string("output_dir", None, "Where the shards, labels.txt, "
+                      "rejected.csv and manifest.json go.",
+                      flag_values=flag_values)
+  flags.DEFINE_float("validation_fraction", 0.1, "Fraction of each class "
+                     "held out for validation (0 <= f < 1).",
+                     flag_values=flag_values)
+  flags.DEFINE_integer("num_shards", None, "Shards per split. Default: about "
+                       "100 MB per shard, at least 1.", flag_values=flag_values)
+  flags.DEFINE_integer("max_size", None, "Downsize images whose long side is "
+                       "larger to this many pixels.", flag_values=flag_values)
+  flags.DEFINE_bool("overwrite", False, "Replace a dataset already in "
+                    "--output_dir.", flag_values=flag_values)
+
+
+def settings(flag_values=flags.FLAGS, pipeline_args=()):
+  """The flags used, as recorded in manifest.json."""
+  names = ("input_dir", "input_csv", "labels_file", "output_dir",
+           "validation_fraction", "num_shards", "max_size", "overwrite")
+  used = {name: flag_values[name].value for name in names}
+  used["pipeline_args"] = list(pipeline_args)
+  return used
+
+
+def unknown_args(args, flag_values=flags.FLAGS):
+  """Error messages for args that are neither our flags nor Beam options."""
+  parsers = []
+  # Beam would log the unknown ones too; we report them as errors instead.
+  beam_logger = logging.getLogger(PipelineOptions.__module__)
+  level = beam_logger.level
+  beam_logger.setLevel(logging.ERROR)
+  try:
+    PipelineOptions(list(args)).get_all_options(
+        add_extra_args_fn=parsers.append)
+  finally:
+    beam_logger.setLevel(level)
+  _, unknown = parsers[0].parse_known_args(list(args))
+  actions = parsers[0]._actions
+  known = [f"--{name}" for name in flag_values] + [
+      option for action in actions for option in action.option_strings]
+  messages = []
+  for arg in unknown:
+    name = arg.split("=", 1)[0]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    messages.append(f"unknown flag {name}: neither a preprocess.py flag nor "
+                    f"a Beam pipeline option{hint}")
+  return messages
+
+
+def _given(args, names):
+  return any(arg.split("=", 1)[0] in names for arg in args)
+
+
+def with_defaults(args):
+  """args plus quiet workers and, unless a runner is set, all-cores Direct."""
+  args = list(args)
+  if not _given(args, (_LOG_LEVEL_FLAG,)):
+    args.append(f"{_LOG_LEVEL_FLAG}=ERROR")  # Beam's start-up chatter.
+  if not _given(args, _RUNNER_FLAGS):
+    args.extend(DEFAULT_DIRECT_ARGS)
+  return args

@@ -1,0 +1,129 @@
+"""make_input_fn(...) -> input_fn(params): TFRecords to static-shape batches for TPUEstimator."""
+
+import math
+
+import tensorflow as tf
+
+from estimator_tpu.data import image_ops
+from estimator_tpu.data import schema
+
+IMAGE_KEY = "image"
+WEIGHT_KEY = "weight"
+SHUFFLE_BUFFER = 1024
+READ_BUFFER_BYTES = 8 * 1024 * 1024
+CYCLE_LENGTH = 16
+
+
+def eval_steps(num_examples, global_batch_size):
+  """Evaluation steps that cover num_examples once, the last batch padded."""
+  return max(1, math.ceil(num_examples / global_batch_size))
+
+
+def transpose_to_hwcn(images):
+  """[batch, height, width, 3] -> [height, width, 3, batch], the TPU-friendly layout."""
+  return tf.transpose(images, [1, 2, 3, 0])
+
+
+def transpose_from_hwcn(images):
+  """Undoes transpose_to_hwcn: [height, width, 3, batch] -> [batch, height, width, 3]."""
+  return tf.transpose(images, [3, 0, 1, 2])
+
+
+def _read_records(file_pattern, is_training, seed, context):
+  files = tf.data.Dataset.list_files(file_pattern, shuffle=is_training, seed=seed)
+  if context is not None and context.num_hosts > 1:
+    # Each TPU host reads its own slice of the files (PER_HOST_V2 input).
+    files = files.shard(context.num_hosts, context.current_host)
+  return files.interleave(
+      lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
+      cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=not is_training)
+
+
+def _decode(serialized):
+  parsed = schema.parse_example(serialized)
+  return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
+
+
+def _pad_eval(dataset, image_size, num_examples, global_batch_size):
+  """Weights real examples 1, appends weight-0 examples up to whole global batches."""
+  total = eval_steps(num_examples, global_batch_size) * global_batch_size
+  real = dataset.map(lambda image, label: ({IMAGE_KEY: image, WEIGHT_KEY: 1.0}, label))
+  padding = tf.data.Dataset.from_tensors((
+      {IMAGE_KEY: tf.zeros([image_size, image_size, 3], tf.float32),
+       WEIGHT_KEY: 0.0},
+      tf.constant(0, tf.int32))).repeat()
+  return real.concatenate(padding).take(total)
+
+
+def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
+                  global_batch_size=None, cache=False, transpose_input=None,
+                  random_flip=True, seed=None):
+  """Builds the input_fn TPUEstimator calls with params['batch_size'] per shard.
+
+  Args:
+    file_pattern: glob of TFRecord files (local or gs://).
+    is_training: shuffle, repeat forever and augment; else one exact, padded pass.
+    image_size: side of the square images fed to the network; None (what
+      train.py passes): params['image_size'], from the run's config.
+    num_examples: evaluation only: records in the set, so the pass can be
+      padded to whole global batches and every record counts exactly once.
+    global_batch_size: evaluation only: the batch over all shards.
+    cache: cache decoded images in memory before augmentation.
+    transpose_input: emit images as [height, width, 3, batch]; model_fn undoes
+      it. None: params['transpose_input'] (False when absent).
+    random_flip: training only: random left/right flips.
+    seed: seed for file order, shuffling and augmentation (None: random).
+
+  Returns:
+    input_fn(params) -> tf.data.Dataset of (features, labels). Features is a
+    dict: `image` float32 [batch, image_size, image_size, 3] (or transposed)
+    and, in evaluation, `weight` float32 [batch] (0 for padding). Labels are
+    int32 [batch], 0-based. Every shape is fully static.
+  """
+  if not is_training and (num_examples is None or global_batch_size is None):
+    raise ValueError("an evaluation input_fn needs num_examples and global_batch_size")
+
+  def input_fn(params):
+    batch_size = params["batch_size"]
+    size = image_size or params["image_size"]
+    transpose = (params.get("transpose_input", False) if transpose_input is None
+                 else transpose_input)
+    dataset = _read_records(file_pattern, is_training, seed, params.get("context"))
+    dataset = dataset.map(_decode, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=not is_training)
+    if cache:
+      dataset = dataset.cache()
+    if is_training:
+      dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
+      dataset = dataset.map(
+          lambda image, label: ({IMAGE_KEY: image_ops.augment_for_train(
+              image, size, random_flip=random_flip, seed=seed)}, label),
+          num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    else:
+      dataset = dataset.map(
+          lambda image, label: (image_ops.resize_for_eval(image, size), label),
+          num_parallel_calls=tf.data.AUTOTUNE)
+      dataset = _pad_eval(dataset, size, num_examples, global_batch_size)
+    # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    if transpose:
+      dataset = dataset.map(
+          lambda feats, labels: (
+              dict(feats, **{IMAGE_KEY: transpose_to_hwcn(feats[IMAGE_KEY])}), labels),
+          num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+  return input_fn
+
+
+def make_predict_input_fn(image_bytes_list, image_size):
+  """input_fn for estimator.predict over a list of encoded images (no padding needed)."""
+
+  def input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices(list(image_bytes_list))
+    dataset = dataset.map(
+        lambda b: {IMAGE_KEY: image_ops.preprocess_for_eval(b, image_size)})
+    return dataset.batch(params.get("batch_size", 64))
+
+  return input_fn

@@ -1,0 +1,1 @@
+"""Checkpoint -> SavedModel for serving: the serving contract and the exporter."""

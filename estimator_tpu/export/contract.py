@@ -1,0 +1,52 @@
+"""The serving contract: signature names, input and output keys, and the files beside an export.
+
+One definition shared by the exporter, the warm-up writer, model_fn's
+predictions, the REST/gRPC client and the local batch predictor:
+
+  serving_default  inputs  image_bytes   string  [batch]  JPEG/PNG/GIF/BMP bytes
+  predict_images   inputs  images        float32 [batch, image_size, image_size, 3]
+                   already preprocessed: image_ops.preprocess_for_eval's output
+  both             outputs probabilities float32 [batch, num_classes]
+                           classid       int32   [batch]
+                           class         string  [batch]  (when class names are known)
+
+and assets.extra/ with TF Serving's warm-up requests and labels.txt.
+"""
+
+import os
+
+import tensorflow as tf
+
+from estimator_tpu.data import layout
+
+IMAGE_BYTES = "image_bytes"
+IMAGES = "images"
+PROBABILITIES = "probabilities"
+CLASSID = "classid"
+CLASS = "class"
+OUTPUT_KEYS = (PROBABILITIES, CLASSID, CLASS)
+SERVING_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+PREDICT_IMAGES_SIGNATURE = "predict_images"
+SIGNATURE_INPUTS = {SERVING_SIGNATURE: IMAGE_BYTES, PREDICT_IMAGES_SIGNATURE: IMAGES}
+SAVED_MODEL_FILE = "saved_model.pb"
+ASSETS_EXTRA = "assets.extra"
+WARMUP_FILE = "tf_serving_warmup_requests"
+# The class names beside an export: a labels file of data/layout.py's format.
+LABELS_FILE = layout.LABELS_FILE
+
+
+def write_labels(version_dir, class_names):
+  """Writes assets.extra/labels.txt: class names, one a line, in classid order."""
+  directory = os.path.join(version_dir, ASSETS_EXTRA)
+  tf.io.gfile.makedirs(directory)
+  with tf.io.gfile.GFile(os.path.join(directory, LABELS_FILE), "w") as f:
+    f.write(layout.format_labels(class_names))
+
+
+def read_labels(version_dir):
+  """The class names in version_dir/assets.extra/labels.txt, or None when absent."""
+  path = os.path.join(version_dir, ASSETS_EXTRA, LABELS_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return list(layout.parse_labels(f.read(), path))

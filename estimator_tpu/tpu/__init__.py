@@ -1,0 +1,1 @@
+"""TPU readiness checked on CPU: the preflight report and its checks."""

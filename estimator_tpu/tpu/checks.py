@@ -1,0 +1,259 @@
+"""TPU checks that run on CPU: XLA-compile one core's training step; build TPUEstimator's TPU graph.
+
+Nothing here needs a TPU. The training step is compiled by XLA's CPU backend,
+whose supported operations are nearly those of the TPU compiler, and the
+TPU graph is built (never run) against a stand-in TPU system.
+"""
+
+import contextlib
+import dataclasses
+import os
+import re
+import time
+from unittest import mock
+
+import tensorflow as tf
+from tensorflow.python.compiler.xla import xla
+from tensorflow.python.tpu import tpu_system_metadata
+from tensorflow.python.tpu.ops import tpu_ops
+from tensorflow_estimator.python.estimator.tpu import error_handling
+
+from estimator_tpu import stacks
+from estimator_tpu.training import strategy_estimator
+
+ModeKeys = stacks.ModeKeys
+XLA_COMPILE_ATTR = "_xla_compile_id"
+PY_FUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+# Ops that may touch strings without putting a string tensor on the TPU.
+STRING_OK_OPS = ("Const", "Assert", "NoOp")
+CORES_PER_HOST = 8
+STAND_IN_MASTER = "grpc://10.0.0.2:8470"
+_UNSUPPORTED = re.compile(
+    r"(\w+) \(No registered '\w+' OpKernel for \w+ devices compatible with node "
+    r"\{\{node ([^}]+)\}\}")
+_LIBRARY_DIRS = ("site-packages", "dist-packages", os.path.dirname(__file__))
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsupportedOp:
+  """An op XLA cannot compile, with the scope (layer) and source line that made it."""
+  op_type: str
+  node: str
+  scope: str
+  created_at: str
+
+
+@dataclasses.dataclass
+class TrainStep:
+  """What compiling and running one core's training step showed.
+
+  Attributes:
+    loss: the loss of the step, or None when it did not run.
+    error: the error that stopped it ('' when it ran).
+    unsupported: UnsupportedOp for each op XLA rejected.
+    ops: the ops of the compiled computation (the model's forward and backward pass).
+    cross_replica_sums: gradient sums CrossShardOptimizer asked for.
+    seconds: time to compile and run.
+  """
+  loss: float = None
+  error: str = ""
+  unsupported: list = dataclasses.field(default_factory=list)
+  ops: list = dataclasses.field(default_factory=list)
+  cross_replica_sums: int = 0
+  seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def one_core_cross_replica_sum():
+  """Makes CrossReplicaSum the identity (its value on one core); yields a call counter.
+
+  XLA on CPU has no CrossReplicaSum kernel, and a sum over one core is the
+  value itself, so the step compiles exactly as one TPU core would run it.
+  """
+  calls = []
+
+  def identity_sum(x, group_assignment=None, name=None):
+    del group_assignment
+    calls.append(x.name)
+    return tf.identity(x, name=name or "CrossReplicaSum")
+
+  with mock.patch.object(tpu_ops, "cross_replica_sum", identity_sum):
+    yield calls
+
+
+def _source_line(op):
+  """'file:line' of the innermost frame outside libraries that created op."""
+  for frame in reversed(op.traceback):
+    filename = frame.filename
+    if not any(part in filename for part in _LIBRARY_DIRS):
+      return f"{os.path.relpath(filename)}:{frame.lineno}"
+  return ""
+
+
+def parse_unsupported_ops(message, graph):
+  """UnsupportedOp for each op named in XLA's 'Detected unsupported operations' error."""
+  found = {}
+  for op_type, node in _UNSUPPORTED.findall(message):
+    try:
+      created_at = _source_line(graph.get_operation_by_name(node))
+    except (KeyError, ValueError):
+      created_at = ""  # inside a function body: the name is all there is
+    found[node] = UnsupportedOp(op_type, node, node.rpartition("/")[0] or node, created_at)
+  return list(found.values())
+
+
+def first_line(error):
+  """The line of an error message worth printing: XLA's verdict, else the first."""
+  lines = [line for line in str(error).splitlines() if line.strip()]
+  detected = [line for line in lines if "Detected unsupported" in line]
+  return (detected or lines or [type(error).__name__])[0].strip()
+
+
+def _build_step(model_fn, input_fn, params):
+  """Builds the compiled step in the default graph; returns the loss tensor."""
+  features, labels = tf.compat.v1.data.make_one_shot_iterator(input_fn(params)).get_next()
+  tf.compat.v1.train.get_or_create_global_step()
+  structure = (features, labels)
+
+  def step(*tensors):
+    features, labels = tf.nest.pack_sequence_as(structure, list(tensors))
+    spec = strategy_estimator.call_model_fn(model_fn, features, labels, ModeKeys.TRAIN, params)
+    with tf.control_dependencies([spec.train_op]):
+      return tf.identity(spec.loss)
+
+  (loss,) = xla.compile(step, inputs=tf.nest.flatten(structure))
+  return loss
+
+
+def compile_train_step(model_fn, input_fn, params):
+  """XLA-compiles one TPU core's training step on CPU and runs it on one real batch.
+
+  Args:
+    model_fn: a TPUEstimator model_fn; called in TRAIN mode with params as a
+      TPU core would see them.
+    input_fn: the training input_fn.
+    params: params including `batch_size` (per core) and `use_tpu` (True).
+
+  Returns:
+    A TrainStep.
+  """
+  result = TrainStep()
+  began = time.time()
+  graph = tf.Graph()
+  with graph.as_default(), one_core_cross_replica_sum() as sums:
+    try:
+      loss = _build_step(model_fn, input_fn, params)
+    except Exception as e:
+      result.error = f"the model_fn failed in TRAIN mode: {type(e).__name__}: {first_line(e)}"
+      return result
+    result.ops = [op for op in graph.get_operations() if XLA_COMPILE_ATTR in op.node_def.attr]
+    result.cross_replica_sums = len(sums)
+    with tf.compat.v1.Session(graph=graph) as session:
+      try:
+        session.run([tf.compat.v1.global_variables_initializer(),
+                     tf.compat.v1.local_variables_initializer(),
+                     tf.compat.v1.tables_initializer()])
+        result.loss = float(session.run(loss))
+      except tf.errors.OpError as e:
+        result.error = first_line(e.message)
+        result.unsupported = parse_unsupported_ops(e.message, graph)
+  result.seconds = time.time() - began
+  return result
+
+
+def forbidden_ops(ops):
+  """Ops a TPU core cannot run whatever XLA says: Python callbacks and string tensors."""
+  bad = []
+  for op in ops:
+    tensors = list(op.inputs) + list(op.outputs)
+    if op.type in PY_FUNC_OPS or (op.type not in STRING_OK_OPS and
+                                  any(t.dtype == tf.string for t in tensors)):
+      bad.append(op)
+  return bad
+
+
+def float64_ops(ops):
+  """Ops computing in float64, which TPUs do slowly if at all."""
+  return [op for op in ops if any(t.dtype == tf.float64 for t in op.outputs)]
+
+
+def is_backward(op):
+  return "gradients" in op.name.split("/")
+
+
+def layer_widths(ops):
+  """(layer, kind, fan_in, width) of each forward Conv2D and MatMul among ops.
+
+  The layer is the op's name scope; fan_in is the number of inputs per
+  output (kernel height x width x input channels for a convolution).
+  """
+  layers = []
+  for op in ops:
+    if is_backward(op) or op.type not in ("Conv2D", "MatMul"):
+      continue
+    kernel = op.inputs[1].shape
+    if not kernel.is_fully_defined():
+      continue
+    if op.type == "Conv2D":
+      height, width, channels, outputs = kernel.as_list()
+      layers.append((op.name.rpartition("/")[0], "conv", height * width * channels, outputs))
+    else:
+      rows, columns = kernel.as_list()
+      inputs, outputs = (columns, rows) if op.get_attr("transpose_b") else (rows, columns)
+      layers.append((op.name.rpartition("/")[0], "dense", inputs, outputs))
+  return layers
+
+
+def bfloat16_ops(ops):
+  """Forward Conv2D/MatMul ops that compute in bfloat16."""
+  return [op for op in ops if op.type in ("Conv2D", "MatMul") and not is_backward(op)
+          and op.outputs[0].dtype == tf.bfloat16]
+
+
+def stand_in_resolver(unused_runtime=None):
+  """A cluster resolver for a TPU that is never contacted."""
+  return tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec({"worker": [STAND_IN_MASTER.replace("grpc://", "")]}),
+      master=STAND_IN_MASTER)
+
+
+def stand_in_tpu_system(num_cores):
+  """TPU system metadata for num_cores cores, 8 per host."""
+  hosts = max(1, num_cores // CORES_PER_HOST)
+  return tpu_system_metadata.TPUSystemMetadata(
+      num_cores=num_cores, num_hosts=hosts, num_of_cores_per_host=num_cores // hosts,
+      topology=None, devices=[])
+
+
+def build_tpu_graph(estimator, input_fn, mode, num_cores):
+  """Builds, never runs, the graph a TPUEstimator (use_tpu=True) makes for num_cores cores.
+
+  Args:
+    estimator: a TPUEstimator built with use_tpu=True, e.g. with
+      stand_in_resolver as its cluster resolver.
+    input_fn: the input_fn for mode.
+    mode: ModeKeys.TRAIN or ModeKeys.EVAL.
+    num_cores: TPU cores the stand-in TPU system reports.
+
+  Returns:
+    The tf.Graph; TPU computations live in its function library.
+  """
+  metadata = stand_in_tpu_system(num_cores)
+  with mock.patch.object(tpu_system_metadata, "_query_tpu_system_metadata",
+                         return_value=metadata):
+    graph = tf.Graph()
+    with graph.as_default():
+      tf.compat.v1.train.get_or_create_global_step()
+      estimator._rendezvous[mode] = error_handling.ErrorRendezvous(3)
+      features, labels, _ = estimator._get_features_and_labels_from_input_fn(input_fn, mode)
+      estimator._call_model_fn(features, labels, mode, estimator.config)
+  return graph
+
+
+def graph_op_types(graph):
+  """Op types in graph and in every function of its library."""
+  graph_def = graph.as_graph_def()
+  types = {node.op for node in graph_def.node}
+  for function in graph_def.library.function:
+    types.update(node.op for node in function.node_def)
+  return types

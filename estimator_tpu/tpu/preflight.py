@@ -1,0 +1,308 @@
+"""train.py --preflight: checks on CPU, with no TPU, what a TPU run of the same flags needs.
+
+Prints one line per finding (PASS, WARN or FAIL and a message) and a verdict;
+preflight() returns the exit status, 0 or 1. The checks assume a TPU run
+whether or not --use_tpu is given.
+"""
+
+import dataclasses
+import sys
+
+import tensorflow as tf
+
+from estimator_tpu import config as config_lib
+from estimator_tpu import stacks
+from estimator_tpu.tpu import checks as tpu_checks
+from estimator_tpu.training import assemble
+from estimator_tpu.training import loop
+from estimator_tpu.training import tpu_estimator as estimator_lib
+from estimator_tpu.training import user_model_fn
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+BATCH_MULTIPLE = 8
+WIDTH_MULTIPLE = 8
+LARGE_WIDTH_MULTIPLE = 128
+LARGE_FAN_IN = 1024
+ModeKeys = stacks.ModeKeys
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  status: str
+  message: str
+
+  def __str__(self):
+    return f"{self.status}  {self.message}"
+
+
+def per_core_batch(global_batch, num_cores):
+  """The batch each TPU core gets (params['batch_size']); at least 1."""
+  return max(1, global_batch // num_cores)
+
+
+def check_batches(config):
+  """Global batches divide by --num_cores; per-core batches are multiples of 8."""
+  t, cores = config.train, config.runtime.num_cores
+  errors = config_lib.batch_share_errors(t, cores, f"--num_cores={cores}")
+  findings = []
+  for flag, value in (("train_batch_size", t.train_batch_size),
+                      ("eval_batch_size", t.eval_batch_size)):
+    share = per_core_batch(value, cores)
+    if flag in errors:
+      findings.append(Finding(FAIL, errors[flag]))
+    elif share % BATCH_MULTIPLE:
+      findings.append(Finding(WARN, (
+          f"--{flag}={value} gives each of the {cores} cores {share} examples, not a "
+          f"multiple of {BATCH_MULTIPLE}: the TPU pads the batch and wastes the rest; try "
+          f"--{flag}={cores * BATCH_MULTIPLE * max(1, round(share / BATCH_MULTIPLE))}")))
+    else:
+      findings.append(Finding(PASS, f"--{flag}={value} = {cores} cores x {share}"))
+  return findings
+
+
+def _named_specs(structure, name):
+  """[(name, TensorSpec)] with names like features['image'] for a nested element_spec."""
+  if isinstance(structure, dict):
+    return [item for key in sorted(structure)
+            for item in _named_specs(structure[key], f"{name}['{key}']")]
+  if isinstance(structure, (tuple, list)):
+    return [item for i, value in enumerate(structure)
+            for item in _named_specs(value, f"{name}[{i}]")]
+  return [(name, structure)]
+
+
+def _shape_text(shape):
+  return "unknown rank" if shape.rank is None else str(shape.as_list())
+
+
+def _spec_findings(label, name, spec, batch_size):
+  shape = spec.shape
+  if shape.rank is None or not shape.is_fully_defined():
+    dynamic = ("all of them" if shape.rank is None else
+               ", ".join(str(i) for i, d in enumerate(shape.as_list()) if d is None))
+    return [Finding(FAIL, (
+        f"{label}: {name} has shape {_shape_text(shape)}, dimension {dynamic} not static: "
+        f"XLA needs fixed shapes; batch with drop_remainder=True and give images a "
+        f"fixed size"))]
+  if spec.dtype == tf.string:
+    return [Finding(FAIL, f"{label}: {name} is a string tensor: the TPU infeed carries "
+                          f"numbers only; decode it in the input_fn")]
+  if name == "labels" and shape.rank and shape[0] != batch_size:
+    return [Finding(FAIL, (
+        f"{label}: labels batch is {shape[0]}, but params['batch_size'] is {batch_size}: "
+        f"batch by params['batch_size'], the per-core batch TPUEstimator passes"))]
+  if spec.dtype == tf.float64:
+    return [Finding(WARN, f"{label}: {name} is float64; TPUs compute in float32/bfloat16")]
+  return []
+
+
+def check_input(label, input_fn, params):
+  """An input_fn gives fully static per-core shapes; the PASS line lists them."""
+  batch_size = params["batch_size"]
+  with tf.Graph().as_default():
+    try:
+      element = input_fn(params).element_spec
+    except Exception as e:
+      return [Finding(FAIL, f"{label}: the input_fn failed: {type(e).__name__}: {e}")]
+  if isinstance(element, tuple) and len(element) == 2:
+    specs = _named_specs(element[0], "features") + _named_specs(element[1], "labels")
+  else:
+    specs = _named_specs(element, "features")
+  findings = [f for name, spec in specs for f in _spec_findings(label, name, spec, batch_size)]
+  if not any(f.status == FAIL for f in findings):
+    shapes = ", ".join(f"{name} {spec.dtype.name} {_shape_text(spec.shape)}"
+                       for name, spec in specs)
+    findings.insert(0, Finding(PASS, f"{label} per core: {shapes}"))
+  return findings
+
+
+def _step_result_findings(step):
+  if not step.error:
+    return [Finding(PASS, (
+        f"one core's training step (forward, loss, gradients, update) compiles with XLA "
+        f"and runs on a real batch: loss {step.loss:.4f} ({step.seconds:.1f}s)"))]
+  if not step.unsupported:
+    return [Finding(FAIL, f"one core's training step does not compile or run: {step.error}")]
+  return [Finding(FAIL, (
+      f"XLA cannot compile {op.op_type} (node {op.node}) in layer/scope '{op.scope}'"
+      f"{', created at ' + op.created_at if op.created_at else ''}: TPUs cannot run it; "
+      f"do this in the input_fn (tf.data, on the host) or use another op"))
+          for op in step.unsupported]
+
+
+def _op_findings(step):
+  findings = []
+  for op in tpu_checks.forbidden_ops(step.ops):
+    why = ("a Python callback cannot run on a TPU" if op.type in tpu_checks.PY_FUNC_OPS
+           else "string tensors cannot live on a TPU")
+    findings.append(Finding(FAIL, f"{op.type} op {op.name} in the model graph: {why}"))
+  doubles = tpu_checks.float64_ops(step.ops)
+  if doubles:
+    names = ", ".join(f"{op.name} ({op.type})" for op in doubles[:5])
+    findings.append(Finding(WARN, f"{len(doubles)} float64 ops in the model graph, e.g. "
+                                  f"{names}: TPUs compute in float32/bfloat16"))
+  return findings
+
+
+def check_layer_widths(layers, num_classes):
+  """Conv/dense widths: multiples of 8, of 128 for large layers (Cloud TPU performance guide)."""
+  narrow, large, classifier = [], [], 0
+  for layer, kind, fan_in, width in layers:
+    if width == num_classes:
+      classifier += 1
+    elif width % WIDTH_MULTIPLE:
+      narrow.append(f"{layer} ({kind}, {width} outputs)")
+    elif fan_in >= LARGE_FAN_IN and width % LARGE_WIDTH_MULTIPLE:
+      large.append(f"{layer} ({kind}, {fan_in} inputs, {width} outputs)")
+  findings = []
+  if narrow:
+    findings.append(Finding(WARN, (
+        f"layer widths not a multiple of {WIDTH_MULTIPLE} leave the TPU's matrix units "
+        f"partly idle: {'; '.join(narrow)}")))
+  if large:
+    findings.append(Finding(WARN, (
+        f"large layers (>= {LARGE_FAN_IN} inputs per output) with widths not a multiple "
+        f"of {LARGE_WIDTH_MULTIPLE}: {'; '.join(large)}")))
+  if not findings and layers:
+    exempt = f", not counting the {num_classes}-way classifier" if classifier else ""
+    findings.append(Finding(PASS, (
+        f"widths of {len(layers) - classifier} conv/dense layers are multiples of "
+        f"{WIDTH_MULTIPLE} ({LARGE_WIDTH_MULTIPLE} where large){exempt}")))
+  return findings
+
+
+def _tpu_path_findings(step, use_bfloat16):
+  findings = []
+  if step.cross_replica_sums:
+    findings.append(Finding(PASS, (
+        f"gradients of {step.cross_replica_sums} variables are summed over cores "
+        f"(CrossShardOptimizer)")))
+  elif step.ops:
+    findings.append(Finding(WARN, (
+        "the optimizer is not wrapped in tf.compat.v1.tpu.CrossShardOptimizer when "
+        "params['use_tpu']: every core would apply only its own gradients")))
+  if use_bfloat16 and step.ops:
+    count = len(tpu_checks.bfloat16_ops(step.ops))
+    findings.append(Finding(PASS, f"--use_bfloat16: {count} conv/dense layers compute in "
+                                  f"bfloat16") if count else
+                    Finding(WARN, "--use_bfloat16 is set, but no conv/dense layer computes "
+                                  "in bfloat16"))
+  return findings
+
+
+def check_train_step(config, model_fn, input_fn, params):
+  """Compiles one core's training step with XLA on CPU and inspects its graph."""
+  step = tpu_checks.compile_train_step(model_fn, input_fn, params)
+  findings = _step_result_findings(step) + _op_findings(step)
+  findings += check_layer_widths(tpu_checks.layer_widths(step.ops),
+                                 config.data.num_label_classes)
+  return findings + _tpu_path_findings(step, config.runtime.use_bfloat16)
+
+
+def check_tpu_graphs(config, model_fn, input_fns):
+  """TPUEstimator builds its TPU graphs for --num_cores cores (built, never run)."""
+  cores = config.runtime.num_cores
+  tpu_config = config.replace("runtime", use_tpu=True, strategy="none")
+  findings = []
+  try:
+    estimator = estimator_lib.build_estimator(
+        tpu_config, config.data.class_names, model_fn,
+        resolver_fn=tpu_checks.stand_in_resolver)
+    for mode, input_fn in input_fns:
+      types = tpu_checks.graph_op_types(
+          tpu_checks.build_tpu_graph(estimator, input_fn, mode, cores))
+      parts = [name for name, op in (("infeed", "InfeedDequeueTuple"),
+                                     ("CrossReplicaSum", "CrossReplicaSum"),
+                                     ("outfeed for host_call/eval_metrics",
+                                      "OutfeedEnqueueTuple")) if op in types]
+      findings.append(Finding(PASS, (
+          f"TPUEstimator builds its TPU {mode} graph for {cores} cores "
+          f"({', '.join(parts)})")))
+  except Exception as e:
+    findings.append(Finding(FAIL, (
+        f"TPUEstimator cannot build its TPU graph for {cores} cores: "
+        f"{type(e).__name__}: {tpu_checks.first_line(e)}")))
+  return findings
+
+
+def run_checks(config, model_fn, train_input_fn, eval_input_fn=None):
+  """All checks for config; returns [Finding].
+
+  Args:
+    config: a validated, data-resolved Config (use_tpu may be False).
+    model_fn: the TPUEstimator model_fn of the run.
+    train_input_fn: input_fn(params) of the run's training data.
+    eval_input_fn: the evaluation one, or None.
+  """
+  t, r = config.train, config.runtime
+  params = estimator_lib.build_params(config, config.data.class_names)
+  train_params = dict(params, batch_size=per_core_batch(t.train_batch_size, r.num_cores))
+  findings = check_batches(config)
+  findings += check_input("train input", train_input_fn, train_params)
+  if eval_input_fn is not None:
+    eval_params = dict(params, batch_size=per_core_batch(t.eval_batch_size, r.num_cores))
+    findings += check_input("eval input", eval_input_fn, eval_params)
+  findings += check_train_step(config, model_fn, train_input_fn,
+                               dict(train_params, use_tpu=True))
+  if not any(f.status == FAIL for f in findings):
+    modes = [(ModeKeys.TRAIN, train_input_fn)]
+    if eval_input_fn is not None and r.eval_on_tpu:
+      modes.append((ModeKeys.EVAL, eval_input_fn))
+    findings += check_tpu_graphs(config, model_fn, modes)
+  return findings
+
+
+def verdict(findings):
+  """(last report line, exit status)."""
+  failures = sum(f.status == FAIL for f in findings)
+  warnings = sum(f.status == WARN for f in findings)
+  counts = f"{failures} failed, {warnings} warning{'' if warnings == 1 else 's'}"
+  if failures:
+    return f"preflight: FAIL ({counts}): fix the FAIL lines before a TPU run", 1
+  return f"preflight: PASS ({counts}): ready for --use_tpu --tpu=NAME", 0
+
+
+def prepare(config):
+  """(config, DataInfo) as assemble.prepare makes them, minus its TPU batch check.
+
+  A batch that does not divide by --num_cores becomes a FAIL line, not an
+  error before the report. Nothing is written to --model_dir.
+  """
+  use_tpu = config.runtime.use_tpu
+  config = config.replace("runtime", use_tpu=False).validate()
+  config, info = assemble.resolve_data(config, need_train=True,
+                                       need_eval=config.runtime.mode != "train")
+  return config.replace("runtime", use_tpu=use_tpu), info
+
+
+def report(findings, out=None):
+  """Prints the findings and the verdict line; returns the exit status (0 or 1)."""
+  out = out or sys.stdout
+  for finding in findings:
+    print(finding, file=out)
+  line, status = verdict(findings)
+  print(line, file=out, flush=True)
+  return status
+
+
+def preflight(config, out=None):
+  """Runs every check for the run's config, prints the report (on stdout); returns 0 or 1.
+
+  Args:
+    config: the run's unvalidated Config (flags_lib.config_for_model_dir()).
+    out: where the report goes (stdout).
+  """
+  out = out or sys.stdout
+  try:
+    config, info = prepare(config)
+    model_fn = user_model_fn.load_model_fn(config.model.model_fn)
+  except config_lib.ConfigError as e:
+    findings = [Finding(FAIL, str(e))]
+  else:
+    r = config.runtime
+    print(f"preflight: TPU checks on CPU for --num_cores={r.num_cores} "
+          f"({'--use_tpu' if r.use_tpu else 'as if --use_tpu'}), model "
+          f"{config.model.model_fn or config.model.model}", file=out)
+    inputs = loop.make_inputs(config, info)
+    findings = run_checks(config, model_fn, inputs.train_input_fn, inputs.eval_input_fn)
+  return report(findings, out)

@@ -1,0 +1,1 @@
+"""Training: networks, model_fn, metrics, optimization, the estimators, the loop, curves."""

@@ -1,0 +1,81 @@
+"""From the run's Config to a ready run: validated once, data resolved, config.json, estimator."""
+
+import tensorflow as tf
+
+from estimator_tpu import config as config_lib
+from estimator_tpu import stacks
+from estimator_tpu.data import data_dir
+from estimator_tpu.training import tpu_estimator as estimator_lib
+from estimator_tpu.training import user_model_fn
+
+
+def resolve_data(config, need_train, need_eval):
+  """(config with the data's class names and counts filled in, DataInfo).
+
+  Raises:
+    ConfigError: missing files or labels, named with the flag to fix.
+  """
+  info = data_dir.resolve(config.data, need_train=need_train, need_eval=need_eval)
+  config = config.replace("data", num_label_classes=info.num_classes,
+                          class_names=tuple(info.class_names),
+                          num_train_examples=info.num_train_examples,
+                          num_eval_examples=info.num_eval_examples)
+  return config, info
+
+
+def prepare(config, saved, need_train, need_eval, write=True):
+  """Validates config once, resolves the data, checks it against the saved model.
+
+  Args:
+    config: the run's Config (flags_lib.config_for_model_dir()).
+    saved: the Config saved in its model_dir, or None.
+    need_train: the run trains (training files must exist).
+    need_eval: the run evaluates (evaluation files must exist).
+    write: write the resolved config to model_dir/config.json.
+
+  Returns:
+    (config, DataInfo).
+
+  Raises:
+    ConfigError: a message naming the flag or file and the fix.
+  """
+  config, info = resolve_data(config.validate(), need_train, need_eval)
+  if saved is not None:
+    config_lib.check_compatible(saved, config)
+  if write:
+    config_lib.write_config(config)
+  return config, info
+
+
+def prepare_export(model_dir, export_dir):
+  """The saved config (set up for CPU/GPU) and latest checkpoint of model_dir.
+
+  Raises:
+    ConfigError: no --model_dir/--export_dir, no config.json or no checkpoint.
+  """
+  if not model_dir or not export_dir:
+    raise config_lib.ConfigError("--model_dir and --export_dir are required")
+  saved = config_lib.read_config(model_dir)
+  if saved is None:
+    raise config_lib.ConfigError(
+        f"--model_dir={model_dir} holds no {config_lib.CONFIG_FILE}: train there first")
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  if not checkpoint:
+    raise config_lib.ConfigError(
+        f"--model_dir={model_dir} holds no checkpoint: train there first")
+  # Never the TPU graph: the export is for CPU/GPU serving.
+  config = saved.replace("runtime", model_dir=model_dir, use_tpu=False, strategy="none")
+  return config, checkpoint
+
+
+def build(config, **kwargs):
+  """The TPUEstimator running the configured model_fn.
+
+  With --seed, Keras's initializers (which draw their seeds from Python's
+  random module, not the graph seed) are seeded too, so weights repeat.
+  """
+  if config.train.seed:
+    stacks.keras.utils.set_random_seed(config.train.seed)
+  return estimator_lib.build_estimator(
+      config, class_names=config.data.class_names,
+      model_fn=user_model_fn.load_model_fn(config.model.model_fn), **kwargs)

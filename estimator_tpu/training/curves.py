@@ -1,0 +1,93 @@
+"""Learning curves: training scalars from event files, evaluations from eval_history.jsonl."""
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+HISTORY_FILE = "eval_history.jsonl"
+CURVES_FILE = "learning_curves.png"
+TRAIN_LOSS_TAG = "train/loss"
+TRAIN_ACCURACY_TAG = "train/accuracy"
+
+
+def read_scalars(log_dir, tags):
+  """{tag: [(step, value), ...]} sorted by step, from the event files directly in log_dir."""
+  found = {tag: {} for tag in tags}
+  for path in tf.io.gfile.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+          if value.tag in found:
+            number = (value.simple_value if value.HasField("simple_value")
+                      else float(tf.make_ndarray(value.tensor)))
+            found[value.tag][int(event.step)] = number
+    except tf.errors.DataLossError:
+      continue  # a file still being written ends mid-record
+  return {tag: sorted(points.items()) for tag, points in found.items()}
+
+
+def read_history(model_dir):
+  """The evaluation records appended by the loop, oldest first."""
+  path = os.path.join(model_dir, HISTORY_FILE)
+  if not tf.io.gfile.exists(path):
+    return []
+  with tf.io.gfile.GFile(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def append_history(model_dir, record):
+  """Appends one evaluation record (a JSON-serializable dict) to eval_history.jsonl."""
+  path = os.path.join(model_dir, HISTORY_FILE)
+  lines = []
+  if tf.io.gfile.exists(path):
+    with tf.io.gfile.GFile(path) as f:
+      lines = f.read()
+  # GFile has no append mode on every filesystem (gs://): rewrite the file.
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write((lines if lines else "") + json.dumps(record, sort_keys=True) + "\n")
+
+
+def _plot(axis, points, label, style="-"):
+  if points:
+    steps, values = zip(*points)
+    axis.plot(steps, values, style, label=label)
+
+
+def _smooth(points, window=20):
+  if len(points) < 2 * window:
+    return points
+  steps, values = zip(*points)
+  kernel = np.ones(window) / window
+  smoothed = np.convolve(values, kernel, mode="valid")
+  return list(zip(steps[window - 1:], smoothed))
+
+
+def write_learning_curves(model_dir):
+  """Writes model_dir/learning_curves.png (loss and accuracy per step); returns its path."""
+  import matplotlib
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+
+  scalars = read_scalars(model_dir, [TRAIN_LOSS_TAG, TRAIN_ACCURACY_TAG])
+  history = read_history(model_dir)
+  figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
+  _plot(loss_axis, _smooth(scalars[TRAIN_LOSS_TAG]), "train")
+  _plot(loss_axis, [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h],
+        "eval", "o-")
+  _plot(accuracy_axis, _smooth(scalars[TRAIN_ACCURACY_TAG]), "train (batch)")
+  _plot(accuracy_axis, [(h["step"], h["accuracy"]) for h in history if "accuracy" in h],
+        "eval", "o-")
+  for axis, name in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
+    axis.set_xlabel("step")
+    axis.set_ylabel(name)
+    axis.grid(alpha=0.3)
+    if axis.get_lines():
+      axis.legend()
+  figure.tight_layout()
+  path = os.path.join(model_dir, CURVES_FILE)
+  with tf.io.gfile.GFile(path, "wb") as f:
+    figure.savefig(f, format="png", dpi=90)
+  plt.close(figure)
+  return path
