@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 
+from estimator_tpu.beam import encode
 from estimator_tpu.data import layout
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -94,7 +95,6 @@ def run_plain(input_dir, output_dir):
   """The same per-image work in one process, no Beam."""
   import tensorflow as tf
 
-  from estimator_tpu.beam import pipeline as bp
   from estimator_tpu.beam import plan as plan_lib
   plan = _plan(input_dir, output_dir)
   os.makedirs(output_dir, exist_ok=True)
@@ -105,7 +105,7 @@ def run_plain(input_dir, output_dir):
   written = 0
   for item in plan.items:
     try:
-      encoded = bp.encode_example(bp.read_file(item.path), item.label,
+      encoded = encode.encode_example(encode.read_file(item.path), item.label,
                                   item.class_name, item.path)
     except plan_lib.RejectedInput:
       continue

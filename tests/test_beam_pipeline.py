@@ -16,6 +16,8 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
+from estimator_tpu.beam import encode
+from estimator_tpu.beam import manifest as manifest_lib
 from estimator_tpu.beam import pipeline as bp
 from estimator_tpu.beam import plan as plan_lib
 from estimator_tpu.beam import sources
@@ -36,7 +38,7 @@ def _decode(jpeg_bytes):
 
 def test_encode_example_round_trip_keeps_rgb_jpeg_bytes(digit):
   jpeg = digits.encode_jpeg(digit)
-  encoded = bp.encode_example(jpeg, 3, "three", "/data/three/1.jpg")
+  encoded = encode.encode_example(jpeg, 3, "three", "/data/three/1.jpg")
   parsed = schema.parse_example(tf.constant(encoded.serialized))
   assert parsed["image_bytes"].numpy() == jpeg
   assert parsed["label"].numpy() == 3
@@ -49,7 +51,7 @@ def test_encode_example_round_trip_keeps_rgb_jpeg_bytes(digit):
 
 def test_progressive_rgb_jpeg_is_stored_byte_for_byte(digit):
   jpeg = conftest.image_bytes(digit, progressive=True, quality=90)
-  assert bp.encode_image(jpeg).jpeg_bytes == jpeg
+  assert encode.encode_image(jpeg).jpeg_bytes == jpeg
 
 
 @pytest.mark.parametrize("fmt,mode", [("PNG", "RGB"), ("JPEG", "L"),
@@ -57,7 +59,7 @@ def test_progressive_rgb_jpeg_is_stored_byte_for_byte(digit):
                                       ("PNG", "P"), ("BMP", "RGB")])
 def test_other_images_become_rgb_jpeg(digit, fmt, mode):
   source = conftest.image_bytes(digit, fmt=fmt, mode=mode)
-  image = bp.encode_image(source)
+  image = encode.encode_image(source)
   decoded = _decode(image.jpeg_bytes)
   assert (decoded.format, decoded.mode, decoded.size) == ("JPEG", "RGB",
                                                           (32, 32))
@@ -72,7 +74,7 @@ def test_transparent_pixels_become_white():
   rgba = np.zeros((8, 8, 4), np.uint8)  # Fully transparent black.
   buffer = io.BytesIO()
   Image.fromarray(rgba, "RGBA").save(buffer, format="PNG")
-  decoded = np.asarray(_decode(bp.encode_image(buffer.getvalue()).jpeg_bytes))
+  decoded = np.asarray(_decode(encode.encode_image(buffer.getvalue()).jpeg_bytes))
   assert decoded.min() > 245
 
 
@@ -80,17 +82,17 @@ def test_sixteen_bit_grayscale_png_is_scaled_not_clipped():
   gray = np.full((8, 8), 32768, np.uint16)  # Mid-gray in 16 bits.
   buffer = io.BytesIO()
   Image.fromarray(gray).save(buffer, format="PNG")
-  decoded = np.asarray(_decode(bp.encode_image(buffer.getvalue()).jpeg_bytes))
+  decoded = np.asarray(_decode(encode.encode_image(buffer.getvalue()).jpeg_bytes))
   assert abs(decoded.mean() - 127.5) < 3
 
 
 def test_max_size_downsizes_the_long_side():
   photo = np.random.default_rng(0).integers(0, 255, (60, 80, 3), np.uint8)
   jpeg = digits.encode_jpeg(photo)
-  image = bp.encode_image(jpeg, max_size=40)
+  image = encode.encode_image(jpeg, max_size=40)
   assert (image.height, image.width) == (30, 40)
   assert _decode(image.jpeg_bytes).size == (40, 30)
-  assert bp.encode_image(jpeg, max_size=80).jpeg_bytes == jpeg  # Fits.
+  assert encode.encode_image(jpeg, max_size=80).jpeg_bytes == jpeg  # Fits.
 
 
 @pytest.mark.parametrize("data,reason", [
@@ -102,29 +104,29 @@ def test_bad_bytes_are_rejected_with_a_reason(digit, data, reason):
   if data is None:
     data = digits.encode_jpeg(digit)[:200]
   with pytest.raises(plan_lib.RejectedInput) as raised:
-    bp.encode_example(data, 0, "zero", "x.jpg")
+    encode.encode_example(data, 0, "zero", "x.jpg")
   assert raised.value.reason == reason
   assert str(raised.value).startswith(reason)
 
 
 def test_read_file_names_a_missing_file(tmp_path):
   with pytest.raises(plan_lib.RejectedInput) as raised:
-    bp.read_file(str(tmp_path / "missing.jpg"))
+    encode.read_file(str(tmp_path / "missing.jpg"))
   assert raised.value.reason == plan_lib.FILE_NOT_FOUND
 
 
 def test_rejected_csv_quotes_and_sorts():
-  text = bp.rejected_csv([("b,c.jpg", "not_an_image: x"), ("a.jpg", "r")])
+  text = manifest_lib.rejected_csv([("b,c.jpg", "not_an_image: x"), ("a.jpg", "r")])
   assert list(csv.reader(io.StringIO(text))) == [
       ["path", "reason"], ["a.jpg", "r"], ["b,c.jpg", "not_an_image: x"]]
 
 
 def test_dataset_stats_merge():
-  a, b = bp.DatasetStats(), bp.DatasetStats()
+  a, b = manifest_lib.DatasetStats(), manifest_lib.DatasetStats()
   a.add_image("train", "cat", 10, 20, False)
   b.add_image("train", "cat", 30, 5, True)
   b.add_rejected("empty_file: zero-byte file")
-  merged = bp.merge_stats([a, b, bp.DatasetStats()],
+  merged = manifest_lib.merge_stats([a, b, manifest_lib.DatasetStats()],
                           [("x.csv:3", "malformed_csv_row: ...")])
   assert merged.counts[("train", "cat")] == 2
   assert merged.height == [10, 30, 40] and merged.width == [5, 20, 25]
@@ -311,7 +313,7 @@ def test_build_pipeline_exposes_stats_to_assert_that(image_folder, tmp_path):
     outputs = bp.build_pipeline(p, plan)
     assert_that(outputs["stats"]
                 | beam.combiners.ToList()
-                | beam.Map(lambda partials: bp.merge_stats(partials))
+                | beam.Map(lambda partials: manifest_lib.merge_stats(partials))
                 | beam.Map(lambda s: (sum(s.counts.values()), s.height[:2],
                                       s.converted)),
                 equal_to([(27, [32, 32], 3)]), label="Stats")

@@ -4,6 +4,10 @@ Lists a class-folder tree or reads a `path,label` CSV, fixes the label order,
 assigns every file a split and shard deterministically, and checks the output
 directory. Problems with the flags raise InputError with a message naming the
 flag and its value.
+
+Longer than most modules (about 360 lines) because its one idea has many
+inputs: class folders, CSV rows, labels files, output-dir checks, and the
+hash split that must stay stable as the data grows.
 """
 
 import csv
