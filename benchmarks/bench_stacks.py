@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+import _args
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STACKS = (("current", ".venv"), ("tf2.15", ".venv-tf2.15"))
 KEYS = ("steady_images_per_s", "images_per_cpu_s", "cores_used", "wall_images_per_s")
@@ -27,14 +29,9 @@ KEYS = ("steady_images_per_s", "images_per_cpu_s", "cores_used", "wall_images_pe
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--image_size", type=int, default=32)
-  parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument("--iterations_per_loop", type=int, default=10)
-  parser.add_argument("--warmup_steps", type=int, default=20)
-  parser.add_argument("--steps", type=int, default=120)
-  parser.add_argument("--repeats", type=int, default=5)
+  _args.add_training_timing(parser)
   parser.add_argument("--worker", metavar="WORK_DIR", help=argparse.SUPPRESS)
-  return parser.parse_args(argv)
+  return _args.check_training_timing(parser, parser.parse_args(argv))
 
 
 def worker(args):

@@ -30,6 +30,7 @@ import tempfile
 import time
 
 # _common sets TF_CPP_MIN_LOG_LEVEL, so it comes before TensorFlow.
+import _args
 import _common
 import tensorflow as tf
 
@@ -105,20 +106,8 @@ def time_keras_fit(network, dataset, batch_size, warmup_steps, steps):
 
 def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--image_size", type=int, default=32)
-  parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument("--iterations_per_loop", type=int, default=10)
-  parser.add_argument("--warmup_steps", type=int, default=20)
-  parser.add_argument("--steps", type=int, default=120)
-  parser.add_argument("--repeats", type=int, default=5)
-  args = parser.parse_args()
-  for name in ("warmup_steps", "steps"):
-    value = getattr(args, name)
-    # The window starts after the last warm-up execution: both need >= 1 of them.
-    if value <= 0 or value % args.iterations_per_loop:
-      parser.error(f"--{name}={value} must be a positive multiple of "
-                   f"--iterations_per_loop={args.iterations_per_loop}")
-  return args
+  _args.add_training_timing(parser)
+  return _args.check_training_timing(parser, parser.parse_args())
 
 
 def report(name, repeat, figures):
