@@ -15,7 +15,7 @@ LOCK := requirements/$(STACK).lock
 PY := $(VENV)/bin/python
 DEMO := demo_output$(if $(filter current,$(STACK)),,-$(STACK))
 # Keep TensorFlow's C++ log noise out of what the user reads.
-export TF_CPP_MIN_LOG_LEVEL ?= 2
+export TF_CPP_MIN_LOG_LEVEL ?= 3
 
 .PHONY: demo test lint install clean
 

@@ -11,8 +11,8 @@ be read or decoded (checked before anything is sent), exit with 2.
 
 Building requests and parsing responses are pure functions, tested without a
 server. --signature=predict_images sends images preprocessed here with
-preprocess_for_eval (and needs --image_size); every other signature is sent
-the encoded bytes.
+preprocess_for_eval, at the image size the server's model metadata gives
+(or --image_size); every other signature is sent the encoded bytes.
 """
 
 import argparse
@@ -27,9 +27,11 @@ import urllib.request
 # Before TensorFlow is imported: its C++ start-up chatter is not for the user.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from google.protobuf import json_format
 import grpc
 import numpy as np
 import tensorflow as tf
+from tensorflow_serving.apis import get_model_metadata_pb2
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
@@ -157,6 +159,54 @@ def post_rest(server, model, body, timeout=DEFAULT_TIMEOUT_SECS):
     raise ServingError(f"cannot reach {url}: {getattr(e, 'reason', e)}") from e
 
 
+def _signature_from_map(signatures, signature, where):
+  if signature not in signatures.signature_def:
+    raise ServingError(f"{where} has no signature {signature!r}; it has "
+                       f"{sorted(signatures.signature_def)}")
+  return signatures.signature_def[signature]
+
+
+def fetch_signature(server, model, protocol, signature, timeout=DEFAULT_TIMEOUT_SECS):
+  """The served model's SignatureDef, from TF Serving's model metadata (REST or gRPC).
+
+  Raises:
+    ServingError: the server cannot be reached, or has no such model or signature.
+  """
+  signatures = get_model_metadata_pb2.SignatureDefMap()
+  if protocol == "rest":
+    url = rest_url(server, model).rsplit(":predict", 1)[0] + "/metadata"
+    try:
+      with urllib.request.urlopen(url, timeout=timeout) as response:
+        body = json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as e:
+      raise ServingError(f"HTTP {e.code} from {url}: "
+                         f"{e.read().decode('utf-8', 'replace').strip()}") from e
+    except (urllib.error.URLError, OSError) as e:
+      raise ServingError(f"cannot reach {url}: {getattr(e, 'reason', e)}") from e
+    json_format.ParseDict(body["metadata"]["signature_def"], signatures,
+                          ignore_unknown_fields=True)
+    return _signature_from_map(signatures, signature, url)
+  request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+  request.model_spec.name = model
+  with grpc.insecure_channel(server) as channel:
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    try:
+      response = stub.GetModelMetadata(request, timeout=timeout)
+    except grpc.RpcError as e:
+      raise ServingError(f"gRPC {e.code().name} from {server}: {e.details()}") from e
+  response.metadata["signature_def"].Unpack(signatures)
+  return _signature_from_map(signatures, signature, server)
+
+
+def served_image_size(server, model, protocol, signature, timeout=DEFAULT_TIMEOUT_SECS):
+  """The image side the served signature takes, read from the model's metadata."""
+  try:
+    return contract.image_size_of(fetch_signature(server, model, protocol, signature, timeout))
+  except ValueError as e:
+    raise ServingError(f"--signature={signature} of model {model}: {e}; "
+                       f"give --image_size") from e
+
+
 def call_grpc(server, request, timeout=DEFAULT_TIMEOUT_SECS):
   """Sends a PredictRequest to PredictionService/Predict; returns the PredictResponse.
 
@@ -229,14 +279,15 @@ def parse_args(argv):
   parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
   parser.add_argument("--signature", default=contract.SERVING_SIGNATURE)
   parser.add_argument("--image_size", type=int, default=0,
-                      help="image side, needed only by --signature=predict_images")
+                      help="image side for --signature=predict_images (default: the "
+                      "size the server's model metadata gives)")
   parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECS,
                       help="seconds to wait for each batch")
   parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG files")
   args = parser.parse_args(argv)
   if args.batch_size <= 0:
     parser.error(f"--batch_size={args.batch_size} must be positive")
-  if takes_images(args.signature) and args.image_size < 8:
+  if takes_images(args.signature) and args.image_size and args.image_size < 8:
     parser.error(f"--signature={args.signature} takes preprocessed images: "
                  f"--image_size={args.image_size} must be the model's image size")
   return args
@@ -245,8 +296,16 @@ def parse_args(argv):
 def main(argv=None):
   """Runs the client; returns the exit status (0 ok, 1 server error, 2 bad input)."""
   args = parse_args(argv)
+  image_size = args.image_size
+  if takes_images(args.signature) and not image_size:
+    try:
+      image_size = served_image_size(args.server, args.model, args.protocol, args.signature,
+                                     args.timeout)
+    except ServingError as e:
+      print(f"{PROG}: error: {e}", file=sys.stderr)
+      return 1
   try:
-    inputs = read_inputs(args.images, args.signature, args.image_size)
+    inputs = read_inputs(args.images, args.signature, image_size)
   except InputError as e:
     print(f"{PROG}: error: {e}", file=sys.stderr)
     return 2

@@ -17,6 +17,7 @@ import threading
 
 from google.protobuf import descriptor_pb2
 from google.protobuf import descriptor_pool
+from google.protobuf import json_format
 from google.protobuf import message_factory
 from google.protobuf import text_format
 from google.protobuf import wrappers_pb2
@@ -26,6 +27,8 @@ from PIL import Image
 import pytest
 import sklearn.datasets
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import get_model_metadata_pb2
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 from tensorflow_serving.config import model_server_config_pb2
@@ -47,6 +50,25 @@ class FakeServing:
   def __init__(self, saved_model_dir, model_name=serving.MODEL_NAME):
     self._loaded = tf.saved_model.load(saved_model_dir)
     self.model_name = model_name
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, contract.SAVED_MODEL_FILE), "rb") as f:
+      saved.ParseFromString(f.read())
+    # What TF Serving reports as the model's metadata: the MetaGraphDef's signatures.
+    self.signatures = get_model_metadata_pb2.SignatureDefMap()
+    for name, signature_def in saved.meta_graphs[0].signature_def.items():
+      self.signatures.signature_def[name].CopyFrom(signature_def)
+
+  def rest_metadata(self):
+    """GET /v1/models/NAME/metadata's JSON, with TF Serving's field names."""
+    return json.dumps({"model_spec": {"name": self.model_name},
+                       "metadata": {"signature_def": json_format.MessageToDict(
+                           self.signatures, preserving_proto_field_name=True)}})
+
+  def grpc_metadata(self):
+    response = get_model_metadata_pb2.GetModelMetadataResponse()
+    response.model_spec.name = self.model_name
+    response.metadata["signature_def"].Pack(self.signatures)
+    return response
 
   def run(self, signature, inputs):
     """{input name: ndarray} -> {output name: ndarray}; raises TF errors as the session does."""
@@ -93,6 +115,11 @@ class _RestHandler(http.server.BaseHTTPRequestHandler):
     except tf.errors.InvalidArgumentError as e:
       return self._answer(400, {"error": e.message})
 
+  def do_GET(self):
+    if self.path != f"/v1/models/{self.fake.model_name}/metadata":
+      return self._answer(404, {"error": f"Servable not found for request: {self.path}"})
+    return self._answer(200, self.fake.rest_metadata())
+
   def _answer(self, status, body):
     data = (body if isinstance(body, str) else json.dumps(body)).encode()
     self.send_response(status)
@@ -118,6 +145,12 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
       return self.fake.grpc(request)
     except tf.errors.InvalidArgumentError as e:
       context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+
+  def GetModelMetadata(self, request, context):
+    if request.model_spec.name != self.fake.model_name:
+      context.abort(grpc.StatusCode.NOT_FOUND,
+                    f"Servable not found for request: Latest({request.model_spec.name})")
+    return self.fake.grpc_metadata()
 
 
 @pytest.fixture(scope="module")
@@ -273,11 +306,37 @@ def test_main_refuses_an_undecodable_file_before_sending(tmp_path, capsys):
   assert f"{bad} is not a decodable image: Unknown image file format" in err
 
 
-def test_predict_images_needs_the_image_size(image_files, capsys):
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_predict_images_takes_the_image_size_from_the_served_model(
+    protocol, rest_server, grpc_server, image_files, expected, capsys):
+  server = rest_server if protocol == "rest" else grpc_server
+  assert client.served_image_size(server, serving.MODEL_NAME, protocol,
+                                  contract.PREDICT_IMAGES_SIGNATURE) == IMAGE_SIZE
+  status = client.main([f"--server={server}", f"--protocol={protocol}",
+                        f"--signature={contract.PREDICT_IMAGES_SIGNATURE}"] + image_files)
+  assert status == 0
+  assert [line.split("\t")[1] for line in capsys.readouterr().out.splitlines()] == [
+      label for label, _, _ in expected]
+
+
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_image_size_of_a_signature_without_images_names_the_fix(protocol, rest_server,
+                                                                grpc_server):
+  server = rest_server if protocol == "rest" else grpc_server
+  with pytest.raises(client.ServingError,
+                     match=r"--signature=serving_default of model .*no 'images' input.*"
+                           r"give --image_size"):
+    client.served_image_size(server, serving.MODEL_NAME, protocol, contract.SERVING_SIGNATURE)
+  with pytest.raises(client.ServingError, match="has no signature 'nope'"):
+    client.fetch_signature(server, serving.MODEL_NAME, protocol, "nope")
+
+
+def test_predict_images_refuses_a_too_small_image_size(image_files, capsys):
   with pytest.raises(SystemExit) as exit_info:
-    client.main(["--server=localhost:1", "--signature=predict_images", image_files[0]])
+    client.main(["--server=localhost:1", "--signature=predict_images", "--image_size=4",
+                 image_files[0]])
   assert exit_info.value.code == 2
-  assert "--image_size=0 must be the model's image size" in capsys.readouterr().err
+  assert "--image_size=4 must be the model's image size" in capsys.readouterr().err
 
 
 def test_rest_error_body_and_bad_json_are_serving_errors():

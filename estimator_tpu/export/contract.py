@@ -50,3 +50,22 @@ def read_labels(version_dir):
     return None
   with tf.io.gfile.GFile(path) as f:
     return list(layout.parse_labels(f.read(), path))
+
+
+def image_size_of(signature_def):
+  """The image side a predict_images SignatureDef takes (its `images` input [batch, S, S, 3]).
+
+  Args:
+    signature_def: a meta_graph_pb2.SignatureDef, e.g. from TF Serving's model
+      metadata or a SavedModel's MetaGraphDef.
+
+  Raises:
+    ValueError: the signature has no `images` input of static shape [-1, S, S, 3].
+  """
+  if IMAGES not in signature_def.inputs:
+    raise ValueError(f"the signature has no {IMAGES!r} input; it has "
+                     f"{sorted(signature_def.inputs)}")
+  dims = [d.size for d in signature_def.inputs[IMAGES].tensor_shape.dim]
+  if len(dims) != 4 or dims[1] <= 0 or dims[1] != dims[2] or dims[3] != 3:
+    raise ValueError(f"{IMAGES!r} has shape {dims}, not [batch, S, S, 3]")
+  return dims[1]
