@@ -20,6 +20,7 @@ from estimator_tpu import cli
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu.export import saved_model
+from estimator_tpu.tpu import findings
 from estimator_tpu.tpu import preflight
 from estimator_tpu.training import assemble
 from estimator_tpu.training import loop
@@ -48,7 +49,7 @@ def run(flag_values):
     estimator = assemble.build(config)
   except config_lib.ConfigError as e:
     if checking:
-      return preflight.report([preflight.Finding(preflight.FAIL, str(e))])
+      return findings.report([findings.Finding(findings.FAIL, str(e))])
     print(f"train.py: error: {e}", file=sys.stderr)
     return 2
   strategy = config.runtime.strategy

@@ -50,7 +50,7 @@ def single_threaded_dataset(file_pattern, config):
     return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
 
   def augment(image, label):
-    return ({input_pipeline.IMAGE_KEY: image_ops.augment_for_train(
+    return ({schema.IMAGE_KEY: image_ops.augment_for_train(
         image, image_size, random_flip=random_flip, seed=seed)}, label)
 
   files = tf.data.Dataset.list_files(file_pattern, shuffle=True, seed=seed)

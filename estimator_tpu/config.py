@@ -75,6 +75,7 @@ class RuntimeConfig:
   tpu_zone: str = ""
   gcp_project: str = ""
   num_cores: int = 8
+  cores_per_host: int = 8
   iterations_per_loop: int = 100
   use_bfloat16: bool = False
   eval_on_tpu: bool = True
@@ -234,6 +235,10 @@ def _validate_sizes(config):
   _check(r.iterations_per_loop > 0,
          f"--iterations_per_loop={r.iterations_per_loop} must be positive")
   _check(r.num_cores > 0, f"--num_cores={r.num_cores} must be positive")
+  _check(r.cores_per_host > 0 and (r.num_cores <= r.cores_per_host
+                                   or r.num_cores % r.cores_per_host == 0),
+         f"--num_cores={r.num_cores} must be a whole number of hosts of "
+         f"--cores_per_host={r.cores_per_host} (a pod slice: 8 per host on v2/v3/v5e, 4 on v4)")
 
 
 def _suggest_multiples(value, divisor):

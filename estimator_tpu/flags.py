@@ -52,6 +52,7 @@ HELP = {
     "tpu_zone": "GCE zone of the Cloud TPU (optional).",
     "gcp_project": "GCP project of the Cloud TPU (optional).",
     "num_cores": "TPU cores (shards) to train on.",
+    "cores_per_host": "TPU cores each host of a pod slice feeds: 8 on v2/v3/v5e, 4 on v4.",
     "iterations_per_loop": "Steps run on the TPU per session.run (host round trip).",
     "use_bfloat16": "Compute in bfloat16 on TPU (ignored elsewhere).",
     "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from estimator_tpu import flags as flags_lib
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.tpu import findings as findings_lib
 from estimator_tpu.tpu import preflight
 from estimator_tpu.training import model_fn as model_fn_lib
 import train
@@ -88,7 +89,7 @@ def test_input_fn_without_drop_remainder_fails_naming_the_dynamic_dimension(digi
     return good(params).unbatch().batch(params["batch_size"])
 
   findings = preflight.run_checks(config, model_fn_lib.model_fn, without_drop_remainder)
-  failures = [f.message for f in findings if f.status == preflight.FAIL]
+  failures = [f.message for f in findings if f.status == findings_lib.FAIL]
   assert any("features['image'] has shape [None, 32, 32, 3], dimension 0 not static" in m
              for m in failures), failures
   assert any("labels has shape [None], dimension 0" in m for m in failures), failures
@@ -99,7 +100,7 @@ def test_python_callbacks_and_string_ops_in_the_model_are_errors(digits_dir, tmp
   train_fn = input_pipeline.make_input_fn(os.path.join(digits_dir, "train-*"), True,
                                           IMAGE_SIZE)
   findings = preflight.run_checks(config, preflight_models.callback_model_fn, train_fn)
-  failures = "\n".join(f.message for f in findings if f.status == preflight.FAIL)
+  failures = "\n".join(f.message for f in findings if f.status == findings_lib.FAIL)
   assert "EagerPyFunc op host_identity" in failures and "Python callback" in failures
   assert "StringFormat op loss_message" in failures and "string tensors" in failures
 
@@ -108,7 +109,7 @@ def test_layer_widths_follow_the_tpu_performance_guide():
   layers = [("net/conv1", "conv", 27, 32), ("net/conv2", "conv", 288, 20),
             ("net/big", "dense", 4096, 1000), ("net/logits", "dense", 1000, 10)]
   findings = preflight.check_layer_widths(layers, num_classes=10)
-  assert [f.status for f in findings] == [preflight.WARN, preflight.WARN]
+  assert [f.status for f in findings] == [findings_lib.WARN, findings_lib.WARN]
   assert "net/conv2 (conv, 20 outputs)" in findings[0].message
   assert "net/big (dense, 4096 inputs, 1000 outputs)" in findings[1].message
   assert "logits" not in " ".join(f.message for f in findings)  # the classifier is exempt
@@ -117,9 +118,9 @@ def test_layer_widths_follow_the_tpu_performance_guide():
 def test_per_core_batch_not_a_multiple_of_8_is_a_warning():
   config = tiny_config("/unused", train_batch_size=32, eval_batch_size=64)
   train_finding, eval_finding = preflight.check_batches(config)
-  assert train_finding.status == preflight.WARN and "gives each of the 8 cores 4" in (
+  assert train_finding.status == findings_lib.WARN and "gives each of the 8 cores 4" in (
       train_finding.message)
-  assert eval_finding.status == preflight.PASS
+  assert eval_finding.status == findings_lib.PASS
 
 
 def test_unsupported_op_message_is_parsed_into_op_type_and_scope():
@@ -130,3 +131,27 @@ def test_unsupported_op_message_is_parsed_into_op_type_and_scope():
              "net/rotate/transform/ImageProjectiveTransformV3}}")
   (op,) = preflight.tpu_checks.parse_unsupported_ops(message, tf.Graph())
   assert (op.op_type, op.scope) == ("ImageProjectiveTransformV3", "net/rotate/transform")
+
+
+def test_pod_of_four_hosts_checks_every_host_is_fed_and_eval_is_exact(digits_dir, tmp_path,
+                                                                      capsys):
+  # The fixture has 2 train shards: fewer than the 4 hosts, so hosts shard by record.
+  status = _run(digits_dir, tmp_path, "--use_tpu", "--model=tiny", "--num_cores=32",
+                "--train_batch_size=256", "--eval_batch_size=256")
+  out = capsys.readouterr().out
+  assert status == 0, out
+  passes = _lines(out, "PASS")
+  assert any(line.startswith("PASS  train input on 4 hosts x 8 cores: every host feeds its 8 "
+                             "cores every step (fewer non-empty files than hosts")
+             for line in passes), passes
+  assert ("PASS  eval input on 4 hosts: 37 records counted once each in 1 step; every host "
+          "feeds exactly 8 batches") in passes
+
+
+def test_pod_cores_must_fill_whole_hosts(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--use_tpu", "--model=tiny", "--num_cores=12",
+                "--train_batch_size=96", "--eval_batch_size=96")
+  out = capsys.readouterr().out
+  assert status == 1
+  (failure,) = _lines(out, "FAIL")
+  assert "--num_cores=12 must be a whole number of hosts of --cores_per_host=8" in failure

@@ -17,6 +17,7 @@ from estimator_tpu import config as config_lib
 from estimator_tpu.data import digits as datasets
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.data import schema
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model
 from estimator_tpu.export import warmup
@@ -69,7 +70,7 @@ def test_receiver_feeds_decoded_images_and_offers_the_images_alternative():
   with tf.Graph().as_default():
     receiver = saved_model.make_serving_input_receiver_fn(IMAGE_SIZE)()
     image_bytes = receiver.receiver_tensors[contract.IMAGE_BYTES]
-    images = receiver.features[input_pipeline.IMAGE_KEY]
+    images = receiver.features[schema.IMAGE_KEY]
     alternative = receiver.receiver_tensors_alternatives[contract.PREDICT_IMAGES_SIGNATURE]
   assert image_bytes.dtype == tf.string and image_bytes.shape.as_list() == [None]
   assert images.dtype == tf.float32

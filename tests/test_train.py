@@ -10,6 +10,7 @@ import time
 from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import tiny_config
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -220,3 +221,17 @@ def test_warm_start_copies_the_weights_of_another_model(tmp_path, trained_model_
   assert _run(f"--data_dir={digits_dir}", f"--model_dir={fresh_dir}", "--train_steps=1",
               "--steps_per_eval=1", *TINY, "--seed=2") == 0
   assert not np.allclose(tf.train.load_variable(fresh_dir, name), source, atol=1e-3)
+
+
+def test_train_mode_makes_one_train_call_to_train_steps(tmp_path):
+  calls = []
+
+  class RecordingEstimator:
+    def train(self, input_fn, max_steps):
+      calls.append(max_steps)
+
+  config = tiny_config(tmp_path, train_steps=10, steps_per_eval=3)
+  inputs = loop.Inputs(train_input_fn=None, eval_input_fn=None, eval_steps=0,
+                       num_eval_examples=0)
+  loop.train_and_evaluate(RecordingEstimator(), config, inputs, evaluate_each=False)
+  assert calls == [10]  # not 3, 6, 9, 10: one graph, one TPU compilation

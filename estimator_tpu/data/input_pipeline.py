@@ -7,8 +7,6 @@ import tensorflow as tf
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import schema
 
-IMAGE_KEY = "image"
-WEIGHT_KEY = "weight"
 SHUFFLE_BUFFER = 1024
 READ_BUFFER_BYTES = 8 * 1024 * 1024
 CYCLE_LENGTH = 16
@@ -29,15 +27,58 @@ def transpose_from_hwcn(images):
   return tf.transpose(images, [3, 0, 1, 2])
 
 
-def _read_records(file_pattern, is_training, seed, context):
-  files = tf.data.Dataset.list_files(file_pattern, shuffle=is_training, seed=seed)
-  if context is not None and context.num_hosts > 1:
-    # Each TPU host reads its own slice of the files (PER_HOST_V2 input).
-    files = files.shard(context.num_hosts, context.current_host)
-  return files.interleave(
+def host_of(context):
+  """(number of hosts, this host) of a PER_HOST_V2 input_fn call; (1, 0) off a pod."""
+  if context is None or getattr(context, "num_hosts", 1) <= 1:
+    return 1, 0
+  return context.num_hosts, context.current_host
+
+
+def _records(file_names, deterministic):
+  """The records of a Dataset of file names, CYCLE_LENGTH files read at a time."""
+  return file_names.interleave(
       lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
       cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=not is_training)
+      deterministic=deterministic)
+
+
+def training_files_by_host(file_pattern, num_hosts):
+  """Each host's training files, [[path, ...] per host], or None when it shards by record.
+
+  Hosts shard by file when there are at least as many non-empty files as
+  hosts: every num_hosts-th file of the sorted list, the same on every host.
+  """
+  files = sorted(tf.io.gfile.glob(file_pattern))
+  if num_hosts > 1:
+    files = [f for f in files if tf.io.gfile.stat(f).length > 0]
+  if len(files) < num_hosts:
+    return None
+  return [files[host::num_hosts] for host in range(num_hosts)]
+
+
+def _read_records(file_pattern, is_training, seed, context):
+  """This host's records: disjoint from every other host's, together all of them.
+
+  On a pod each host calls the input_fn (PER_HOST_V2). Training with at least
+  as many non-empty files as hosts gives each host every hosts-th non-empty
+  file of the sorted list, so no file is read twice in an epoch and no host
+  is left with only empty files, and shuffles only its own files.
+  Evaluation, and training with fewer files than hosts, give each host every
+  hosts-th record of the same deterministic stream over all files: exact, and
+  no host is left without records (every host reads every file, though).
+  """
+  files = sorted(tf.io.gfile.glob(file_pattern))
+  if not files:
+    raise ValueError(f"no files match {file_pattern}")
+  hosts, host = host_of(context)
+  by_host = training_files_by_host(file_pattern, hosts) if is_training else None
+  if by_host is not None:
+    mine = by_host[host]
+    names = tf.data.Dataset.from_tensor_slices(mine).shuffle(
+        len(mine), seed=seed, reshuffle_each_iteration=True)
+    return _records(names, deterministic=False)
+  names = tf.data.Dataset.from_tensor_slices(files)
+  return _records(names, deterministic=True).shard(hosts, host)
 
 
 def _decode(serialized):
@@ -45,13 +86,23 @@ def _decode(serialized):
   return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
 
 
-def _pad_eval(dataset, image_size, num_examples, global_batch_size):
-  """Weights real examples 1, appends weight-0 examples up to whole global batches."""
-  total = eval_steps(num_examples, global_batch_size) * global_batch_size
-  real = dataset.map(lambda image, label: ({IMAGE_KEY: image, WEIGHT_KEY: 1.0}, label))
+def host_eval_examples(num_examples, global_batch_size, num_hosts=1):
+  """Examples one host feeds in evaluation: eval_steps x its share of the global batch.
+
+  Each host holds at most ceil(num_examples / num_hosts) real records, which
+  never exceeds this, so padding can always fill it.
+  """
+  return eval_steps(num_examples, global_batch_size) * (global_batch_size // num_hosts)
+
+
+def _pad_eval(dataset, image_size, num_examples, global_batch_size, num_hosts=1):
+  """Weights real examples 1, appends weight-0 examples up to this host's exact quota."""
+  total = host_eval_examples(num_examples, global_batch_size, num_hosts)
+  real = dataset.map(
+      lambda image, label: ({schema.IMAGE_KEY: image, schema.WEIGHT_KEY: 1.0}, label))
   padding = tf.data.Dataset.from_tensors((
-      {IMAGE_KEY: tf.zeros([image_size, image_size, 3], tf.float32),
-       WEIGHT_KEY: 0.0},
+      {schema.IMAGE_KEY: tf.zeros([image_size, image_size, 3], tf.float32),
+       schema.WEIGHT_KEY: 0.0},
       tf.constant(0, tf.int32))).repeat()
   return real.concatenate(padding).take(total)
 
@@ -97,20 +148,22 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
     if is_training:
       dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
       dataset = dataset.map(
-          lambda image, label: ({IMAGE_KEY: image_ops.augment_for_train(
+          lambda image, label: ({schema.IMAGE_KEY: image_ops.augment_for_train(
               image, size, random_flip=random_flip, seed=seed)}, label),
           num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     else:
       dataset = dataset.map(
           lambda image, label: (image_ops.resize_for_eval(image, size), label),
           num_parallel_calls=tf.data.AUTOTUNE)
-      dataset = _pad_eval(dataset, size, num_examples, global_batch_size)
+      hosts, _ = host_of(params.get("context"))
+      dataset = _pad_eval(dataset, size, num_examples, global_batch_size, hosts)
     # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
     dataset = dataset.batch(batch_size, drop_remainder=True)
     if transpose:
       dataset = dataset.map(
           lambda feats, labels: (
-              dict(feats, **{IMAGE_KEY: transpose_to_hwcn(feats[IMAGE_KEY])}), labels),
+              dict(feats, **{schema.IMAGE_KEY: transpose_to_hwcn(feats[schema.IMAGE_KEY])}),
+              labels),
           num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
@@ -123,7 +176,7 @@ def make_predict_input_fn(image_bytes_list, image_size):
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices(list(image_bytes_list))
     dataset = dataset.map(
-        lambda b: {IMAGE_KEY: image_ops.preprocess_for_eval(b, image_size)})
+        lambda b: {schema.IMAGE_KEY: image_ops.preprocess_for_eval(b, image_size)})
     return dataset.batch(params.get("batch_size", 64))
 
   return input_fn

@@ -1,4 +1,4 @@
-"""The tf.Example schema of an image record: key names, make_example(), parse_example().
+"""The record schema and the feature keys: tf.Example keys, make_example(), parse_example().
 
 Compatible with tensorflow/tpu's imagenet/flowers readers: labels are stored 1-based
 on disk and every reader here subtracts 1.
@@ -21,6 +21,11 @@ IMAGE_FORMAT = b"jpeg"
 COLORSPACE_RGB = b"RGB"
 # Labels on disk are 1-based (tensorflow/tpu convention); 0 is never written.
 LABEL_OFFSET = 1
+
+# The features dict a model_fn gets: `image` always; `weight` in evaluation
+# (0 for the padding that keeps shapes static).
+IMAGE_KEY = "image"
+WEIGHT_KEY = "weight"
 
 
 def _bytes(value):

@@ -13,7 +13,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 from estimator_tpu import stacks
 from estimator_tpu.data import image_ops
-from estimator_tpu.data import input_pipeline
+from estimator_tpu.data import schema
 from estimator_tpu.export import contract
 from estimator_tpu.export import warmup
 
@@ -53,7 +53,7 @@ def make_serving_input_receiver_fn(image_size):
         decode_batch(image_bytes, image_size), [None, image_size, image_size, 3],
         name=contract.IMAGES)
     return stacks.estimator.export.ServingInputReceiver(
-        {input_pipeline.IMAGE_KEY: images}, {contract.IMAGE_BYTES: image_bytes},
+        {schema.IMAGE_KEY: images}, {contract.IMAGE_BYTES: image_bytes},
         receiver_tensors_alternatives={
             contract.PREDICT_IMAGES_SIGNATURE: {contract.IMAGES: images}})
 

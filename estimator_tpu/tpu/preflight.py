@@ -5,7 +5,6 @@ preflight() returns the exit status, 0 or 1. The checks assume a TPU run
 whether or not --use_tpu is given.
 """
 
-import dataclasses
 import sys
 
 import tensorflow as tf
@@ -13,26 +12,22 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.tpu import checks as tpu_checks
+from estimator_tpu.tpu import pods
+from estimator_tpu.tpu.findings import FAIL
+from estimator_tpu.tpu.findings import PASS
+from estimator_tpu.tpu.findings import WARN
+from estimator_tpu.tpu.findings import Finding
+from estimator_tpu.tpu.findings import report
 from estimator_tpu.training import assemble
 from estimator_tpu.training import loop
 from estimator_tpu.training import tpu_estimator as estimator_lib
 from estimator_tpu.training import user_model_fn
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 BATCH_MULTIPLE = 8
 WIDTH_MULTIPLE = 8
 LARGE_WIDTH_MULTIPLE = 128
 LARGE_FAN_IN = 1024
 ModeKeys = stacks.ModeKeys
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-  status: str
-  message: str
-
-  def __str__(self):
-    return f"{self.status}  {self.message}"
 
 
 def per_core_batch(global_batch, num_cores):
@@ -225,7 +220,7 @@ def check_tpu_graphs(config, model_fn, input_fns):
   return findings
 
 
-def run_checks(config, model_fn, train_input_fn, eval_input_fn=None):
+def run_checks(config, model_fn, train_input_fn, eval_input_fn=None, train_pattern=None):
   """All checks for config; returns [Finding].
 
   Args:
@@ -233,6 +228,7 @@ def run_checks(config, model_fn, train_input_fn, eval_input_fn=None):
     model_fn: the TPUEstimator model_fn of the run.
     train_input_fn: input_fn(params) of the run's training data.
     eval_input_fn: the evaluation one, or None.
+    train_pattern: the training files, named in the pod check's findings.
   """
   t, r = config.train, config.runtime
   params = estimator_lib.build_params(config, config.data.class_names)
@@ -242,6 +238,8 @@ def run_checks(config, model_fn, train_input_fn, eval_input_fn=None):
   if eval_input_fn is not None:
     eval_params = dict(params, batch_size=per_core_batch(t.eval_batch_size, r.num_cores))
     findings += check_input("eval input", eval_input_fn, eval_params)
+  if not any(f.status == FAIL for f in findings):
+    findings += pods.pod_findings(config, train_input_fn, eval_input_fn, train_pattern, params)
   findings += check_train_step(config, model_fn, train_input_fn,
                                dict(train_params, use_tpu=True))
   if not any(f.status == FAIL for f in findings):
@@ -250,16 +248,6 @@ def run_checks(config, model_fn, train_input_fn, eval_input_fn=None):
       modes.append((ModeKeys.EVAL, eval_input_fn))
     findings += check_tpu_graphs(config, model_fn, modes)
   return findings
-
-
-def verdict(findings):
-  """(last report line, exit status)."""
-  failures = sum(f.status == FAIL for f in findings)
-  warnings = sum(f.status == WARN for f in findings)
-  counts = f"{failures} failed, {warnings} warning{'' if warnings == 1 else 's'}"
-  if failures:
-    return f"preflight: FAIL ({counts}): fix the FAIL lines before a TPU run", 1
-  return f"preflight: PASS ({counts}): ready for --use_tpu --tpu=NAME", 0
 
 
 def prepare(config):
@@ -273,16 +261,6 @@ def prepare(config):
   config, info = assemble.resolve_data(config, need_train=True,
                                        need_eval=config.runtime.mode != "train")
   return config.replace("runtime", use_tpu=use_tpu), info
-
-
-def report(findings, out=None):
-  """Prints the findings and the verdict line; returns the exit status (0 or 1)."""
-  out = out or sys.stdout
-  for finding in findings:
-    print(finding, file=out)
-  line, status = verdict(findings)
-  print(line, file=out, flush=True)
-  return status
 
 
 def preflight(config, out=None):
@@ -304,5 +282,6 @@ def preflight(config, out=None):
           f"({'--use_tpu' if r.use_tpu else 'as if --use_tpu'}), model "
           f"{config.model.model_fn or config.model.model}", file=out)
     inputs = loop.make_inputs(config, info)
-    findings = run_checks(config, model_fn, inputs.train_input_fn, inputs.eval_input_fn)
+    findings = run_checks(config, model_fn, inputs.train_input_fn, inputs.eval_input_fn,
+                          info.train_pattern)
   return report(findings, out)

@@ -115,14 +115,17 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True):
   start = time.time()
   start_step = step
   results = {"global_step": step}
+  evaluating = evaluate_each and inputs.eval_input_fn
   while step < t.train_steps:
-    target = min(step + t.steps_per_eval, t.train_steps)
+    # Without evaluation one train() call runs to the end: every call rebuilds the
+    # graph (and on a TPU recompiles it). Checkpoints keep their cadence either way.
+    target = min(step + t.steps_per_eval, t.train_steps) if evaluating else t.train_steps
     began = time.time()
     estimator.train(inputs.train_input_fn, max_steps=target)
     seconds = time.time() - began
     rate = (target - step) * t.train_batch_size / max(seconds, 1e-9)
     step = target
-    if not (evaluate_each and inputs.eval_input_fn):
+    if not evaluating:
       say(f"step {step}/{t.train_steps} | {rate:.0f} img/s")
       continue
     results = evaluate(estimator, inputs)

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.data import schema
 from estimator_tpu.export import contract
 from estimator_tpu.training import metrics
 from estimator_tpu.training import networks
@@ -24,8 +25,8 @@ def unpack_features(features, mode, params):
   Undoes the input pipeline's HWCN transpose in training and evaluation.
   """
   if isinstance(features, dict):
-    images = features[input_pipeline.IMAGE_KEY]
-    weights = features.get(input_pipeline.WEIGHT_KEY)
+    images = features[schema.IMAGE_KEY]
+    weights = features.get(schema.WEIGHT_KEY)
   else:
     images, weights = features, None
   if params.get("transpose_input") and mode != ModeKeys.PREDICT:

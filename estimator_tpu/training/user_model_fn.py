@@ -6,7 +6,7 @@ from tensorflow.python.util import function_utils
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
-from estimator_tpu.data import input_pipeline
+from estimator_tpu.data import schema
 from estimator_tpu.training import metrics
 from estimator_tpu.training import model_fn as model_fn_lib
 
@@ -42,7 +42,7 @@ def with_eval_count(user_model_fn):
   def model_fn(features, labels, mode, params, config):
     kwargs = {"config": config} if wants_config else {}
     spec = user_model_fn(features, labels, mode, params, **kwargs)
-    weights = features.get(input_pipeline.WEIGHT_KEY) if isinstance(features, dict) else None
+    weights = features.get(schema.WEIGHT_KEY) if isinstance(features, dict) else None
     eval_metrics = getattr(spec, "eval_metrics", None)
     if mode != stacks.ModeKeys.EVAL or weights is None or not eval_metrics:
       return spec
