@@ -26,3 +26,18 @@ def callback_model_fn(features, labels, mode, params):
   message = tf.strings.format("loss {}", spec.loss, name="loss_message")
   with tf.control_dependencies([message]):
     return spec._replace(loss=tf.identity(spec.loss))
+
+
+def eval_rotating_model_fn(features, labels, mode, params):
+  """Rotates images in EVAL only (test-time augmentation): only the EVAL step has the op."""
+  if mode == stacks.ModeKeys.EVAL:
+    rotate = stacks.keras.layers.RandomRotation(0.1, name="eval_rotation")
+    features = dict(features, image=rotate(features["image"], training=True))
+  return model_fn_lib.model_fn(features, labels, mode, params)
+
+
+def summary_model_fn(features, labels, mode, params):
+  """Our model_fn plus a tf.compat.v1.summary.scalar inside it, which a TPU cannot write."""
+  spec = model_fn_lib.model_fn(features, labels, mode, params)
+  tf.compat.v1.summary.scalar("loss_in_model_fn", spec.loss)
+  return spec

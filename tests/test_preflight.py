@@ -155,3 +155,24 @@ def test_pod_cores_must_fill_whole_hosts(digits_dir, tmp_path, capsys):
   assert status == 1
   (failure,) = _lines(out, "FAIL")
   assert "--num_cores=12 must be a whole number of hosts of --cores_per_host=8" in failure
+
+
+def test_an_op_only_the_eval_step_builds_fails_naming_eval(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--train_batch_size=64", "--eval_batch_size=64",
+                "--model_fn=preflight_models:eval_rotating_model_fn")
+  out = capsys.readouterr().out
+  assert status == 1
+  assert any(line.startswith("PASS  one core's training step") for line in _lines(out, "PASS"))
+  (failure,) = _lines(out, "FAIL")
+  assert failure.startswith("FAIL  EVAL step: XLA cannot compile ImageProjectiveTransformV3")
+  assert "'eval_rotation/transform'" in failure
+
+
+def test_summary_ops_in_the_model_fn_warn_with_the_host_call_way(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--train_batch_size=64", "--eval_batch_size=64",
+                "--model_fn=preflight_models:summary_model_fn")
+  out = capsys.readouterr().out
+  assert status == 0  # a warning: the run would fail on the TPU only when it writes them
+  (warning,) = [w for w in _lines(out, "WARN") if "summary call" in w]
+  assert "tf.compat.v1.summary.scalar('loss_in_model_fn')" in warning
+  assert "host_call=(host_call_fn" in warning

@@ -60,7 +60,39 @@ class TrainStep:
   unsupported: list = dataclasses.field(default_factory=list)
   ops: list = dataclasses.field(default_factory=list)
   cross_replica_sums: int = 0
+  summaries: list = dataclasses.field(default_factory=list)
   seconds: float = 0.0
+
+
+SUMMARY_CALLS = ("scalar", "histogram", "image", "audio", "text")
+
+
+@contextlib.contextmanager
+def summary_calls():
+  """Records the tf.summary / tf.compat.v1.summary calls made inside; yields the list.
+
+  Inside a TPU computation (and xla.compile) TensorFlow skips summary ops
+  without a word, so the calls are what shows them: 'tf.compat.v1.summary.scalar(loss)'.
+  """
+  calls = []
+  patches = []
+  for prefix, module in (("tf.compat.v1.summary", tf.compat.v1.summary),
+                         ("tf.summary", tf.summary)):
+    for name in SUMMARY_CALLS:
+      original = getattr(module, name, None)
+      if original is None:
+        continue
+
+      def spy(*args, _original=original, _api=f"{prefix}.{name}", **kwargs):
+        summary_name = kwargs.get("name", args[0] if args else "")
+        calls.append(f"{_api}({summary_name!r})")
+        return _original(*args, **kwargs)
+
+      patches.append(mock.patch.object(module, name, spy))
+  with contextlib.ExitStack() as stack:
+    for patch in patches:
+      stack.enter_context(patch)
+    yield calls
 
 
 @contextlib.contextmanager
@@ -109,30 +141,45 @@ def first_line(error):
   return (detected or lines or [type(error).__name__])[0].strip()
 
 
-def _build_step(model_fn, input_fn, params):
-  """Builds the compiled step in the default graph; returns the loss tensor."""
+def _eval_tensors(spec):
+  """The tensors an EVAL step sends to the host: eval_metrics' tensors (TPU side)."""
+  eval_metrics = getattr(spec, "eval_metrics", None)
+  if isinstance(eval_metrics, (tuple, list)) and len(eval_metrics) == 2:
+    return tf.nest.flatten(eval_metrics[1])
+  return []
+
+
+def _build_step(model_fn, input_fn, params, mode):
+  """Builds the compiled step of `mode` in the default graph; returns the loss tensor.
+
+  TRAIN runs forward, loss, gradients and the update; EVAL runs forward, loss
+  and the tensors its eval_metrics send to the host (TPUEstimator computes
+  the metrics themselves on the host).
+  """
   features, labels = tf.compat.v1.data.make_one_shot_iterator(input_fn(params)).get_next()
   tf.compat.v1.train.get_or_create_global_step()
   structure = (features, labels)
 
   def step(*tensors):
     features, labels = tf.nest.pack_sequence_as(structure, list(tensors))
-    spec = strategy_estimator.call_model_fn(model_fn, features, labels, ModeKeys.TRAIN, params)
-    with tf.control_dependencies([spec.train_op]):
+    spec = strategy_estimator.call_model_fn(model_fn, features, labels, mode, params)
+    after = [spec.train_op] if mode == ModeKeys.TRAIN else _eval_tensors(spec)
+    with tf.control_dependencies(after):
       return tf.identity(spec.loss)
 
   (loss,) = xla.compile(step, inputs=tf.nest.flatten(structure))
   return loss
 
 
-def compile_train_step(model_fn, input_fn, params):
-  """XLA-compiles one TPU core's training step on CPU and runs it on one real batch.
+def compile_train_step(model_fn, input_fn, params, mode=ModeKeys.TRAIN):
+  """XLA-compiles one TPU core's step on CPU and runs it on one real batch.
 
   Args:
-    model_fn: a TPUEstimator model_fn; called in TRAIN mode with params as a
+    model_fn: a TPUEstimator model_fn; called in `mode` with params as a
       TPU core would see them.
-    input_fn: the training input_fn.
+    input_fn: the input_fn of that mode.
     params: params including `batch_size` (per core) and `use_tpu` (True).
+    mode: ModeKeys.TRAIN or ModeKeys.EVAL.
 
   Returns:
     A TrainStep.
@@ -140,14 +187,16 @@ def compile_train_step(model_fn, input_fn, params):
   result = TrainStep()
   began = time.time()
   graph = tf.Graph()
-  with graph.as_default(), one_core_cross_replica_sum() as sums:
+  with graph.as_default(), one_core_cross_replica_sum() as sums, summary_calls() as summaries:
     try:
-      loss = _build_step(model_fn, input_fn, params)
+      loss = _build_step(model_fn, input_fn, params, mode)
     except Exception as e:
-      result.error = f"the model_fn failed in TRAIN mode: {type(e).__name__}: {first_line(e)}"
+      result.error = (f"the model_fn failed in {mode.upper()} mode: {type(e).__name__}: "
+                      f"{first_line(e)}")
       return result
     result.ops = [op for op in graph.get_operations() if XLA_COMPILE_ATTR in op.node_def.attr]
     result.cross_replica_sums = len(sums)
+    result.summaries = list(summaries)
     with tf.compat.v1.Session(graph=graph) as session:
       try:
         session.run([tf.compat.v1.global_variables_initializer(),

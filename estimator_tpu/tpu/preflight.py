@@ -111,15 +111,22 @@ def check_input(label, input_fn, params):
   return findings
 
 
-def _step_result_findings(step):
+_STEP_NAMES = {ModeKeys.TRAIN: "training step (forward, loss, gradients, update)",
+               ModeKeys.EVAL: "evaluation step (forward, loss, eval_metrics tensors)"}
+
+
+def _step_result_findings(step, mode=ModeKeys.TRAIN):
+  name = _STEP_NAMES[mode]
   if not step.error:
     return [Finding(PASS, (
-        f"one core's training step (forward, loss, gradients, update) compiles with XLA "
+        f"one core's {name} compiles with XLA "
         f"and runs on a real batch: loss {step.loss:.4f} ({step.seconds:.1f}s)"))]
   if not step.unsupported:
-    return [Finding(FAIL, f"one core's training step does not compile or run: {step.error}")]
+    return [Finding(FAIL, f"one core's {name.split(' (')[0]} does not compile or run: "
+                          f"{step.error}")]
   return [Finding(FAIL, (
-      f"XLA cannot compile {op.op_type} (node {op.node}) in layer/scope '{op.scope}'"
+      f"{mode.upper()} step: XLA cannot compile {op.op_type} (node {op.node}) in layer/scope "
+      f"'{op.scope}'"
       f"{', created at ' + op.created_at if op.created_at else ''}: TPUs cannot run it; "
       f"do this in the input_fn (tf.data, on the host) or use another op"))
           for op in step.unsupported]
@@ -127,6 +134,14 @@ def _step_result_findings(step):
 
 def _op_findings(step):
   findings = []
+  if step.summaries:
+    names = ", ".join(step.summaries[:5])
+    findings.append(Finding(WARN, (
+        f"{len(step.summaries)} summary call{'' if len(step.summaries) == 1 else 's'} in "
+        f"the model_fn ({names}): on a TPU they write "
+        f"nothing (TensorFlow skips them inside the TPU computation); a TPU core cannot write "
+        f"summaries; return them through TPUEstimatorSpec(host_call=(host_call_fn, "
+        f"[tensors])), where host_call_fn writes them on the host")))
   for op in tpu_checks.forbidden_ops(step.ops):
     why = ("a Python callback cannot run on a TPU" if op.type in tpu_checks.PY_FUNC_OPS
            else "string tensors cannot live on a TPU")
@@ -194,6 +209,12 @@ def check_train_step(config, model_fn, input_fn, params):
   return findings + _tpu_path_findings(step, config.runtime.use_bfloat16)
 
 
+def check_eval_step(model_fn, input_fn, params):
+  """Compiles one core's evaluation step with XLA: ops only the EVAL branch builds."""
+  step = tpu_checks.compile_train_step(model_fn, input_fn, params, ModeKeys.EVAL)
+  return _step_result_findings(step, ModeKeys.EVAL) + _op_findings(step)
+
+
 def check_tpu_graphs(config, model_fn, input_fns):
   """TPUEstimator builds its TPU graphs for --num_cores cores (built, never run)."""
   cores = config.runtime.num_cores
@@ -242,12 +263,14 @@ def run_checks(config, model_fn, train_input_fn, eval_input_fn=None, train_patte
     findings += pods.pod_findings(config, train_input_fn, eval_input_fn, train_pattern, params)
   findings += check_train_step(config, model_fn, train_input_fn,
                                dict(train_params, use_tpu=True))
+  if eval_input_fn is not None and r.eval_on_tpu:
+    findings += check_eval_step(model_fn, eval_input_fn, dict(eval_params, use_tpu=True))
   if not any(f.status == FAIL for f in findings):
     modes = [(ModeKeys.TRAIN, train_input_fn)]
     if eval_input_fn is not None and r.eval_on_tpu:
       modes.append((ModeKeys.EVAL, eval_input_fn))
     findings += check_tpu_graphs(config, model_fn, modes)
-  return findings
+  return list(dict.fromkeys(findings))  # an op in both steps is named once
 
 
 def prepare(config):
