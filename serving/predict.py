@@ -16,6 +16,9 @@ is read and decoded before its batch runs, so a bad file becomes a row with an
 empty label and the reason in `error` instead of failing its batch. With labels
 in the input, accuracy is printed at the end. Progress goes to stderr. Bad flags
 print one line naming the value and exit with status 2.
+
+About 350 lines for one idea, the offline predictor: four kinds of SOURCE,
+batched prediction with per-image retry, and the CSV with its summary.
 """
 
 import argparse
