@@ -1,8 +1,8 @@
 """The tf.contrib names estimator_tpu.compat knows: mapped, re-implemented or refused.
 
 docs/MIGRATING.md's table is `markdown_table()` of this registry; a test keeps
-the two equal. Long because it is a table: one entry per tf.contrib name. Targets are "module:attribute.path", imported only when the
-name is first used.
+the two equal. Targets are "module:attribute.path", imported only when the
+name is first used. Long because it is a table: one entry per tf.contrib name.
 """
 
 from estimator_tpu.compat._lazy import display_target
