@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 
 import tensorflow as tf
 
@@ -60,6 +61,7 @@ class TrainConfig:
   lr_schedule: str = "cosine"
   warmup_steps: int = 0
   save_checkpoints_steps: int = 0
+  summary_every_n_steps: int = 100
   seed: int = 0
   transpose_input: bool = False
   warm_start_from: str = ""
@@ -76,6 +78,7 @@ class RuntimeConfig:
   gcp_project: str = ""
   num_cores: int = 8
   cores_per_host: int = 8
+  tpu_topology: str = ""
   iterations_per_loop: int = 100
   use_bfloat16: bool = False
   eval_on_tpu: bool = True
@@ -148,6 +151,7 @@ class Config:
         "warmup_steps": t.warmup_steps,
         "transpose_input": t.transpose_input,
         "iterations_per_loop": r.iterations_per_loop,
+        "summary_every_n_steps": t.summary_every_n_steps,
         "num_cores": r.num_cores,
         "use_bfloat16": r.use_bfloat16,
         "model_dir": r.model_dir,
@@ -232,6 +236,8 @@ def _validate_sizes(config):
   _check(0 <= m.label_smoothing < 1,
          f"--label_smoothing={m.label_smoothing} must be in [0, 1)")
   _check(0 <= m.dropout_rate < 1, f"--dropout_rate={m.dropout_rate} must be in [0, 1)")
+  _check(t.summary_every_n_steps > 0,
+         f"--summary_every_n_steps={t.summary_every_n_steps} must be positive")
   _check(r.iterations_per_loop > 0,
          f"--iterations_per_loop={r.iterations_per_loop} must be positive")
   _check(r.num_cores > 0, f"--num_cores={r.num_cores} must be positive")
@@ -308,3 +314,27 @@ def write_config(config):
   with tf.io.gfile.GFile(path, "w") as f:
     json.dump(config.to_dict(), f, indent=2, sort_keys=True)
   return path
+
+
+# Accelerator types (gcloud --accelerator-type): the number counts TensorCores
+# for v2/v3/v4/v5p and chips for v5e/v6e. TPUEstimator shards over cores: a
+# v4 or v5p chip's two TensorCores act as one (megacore), so v4-8 has 4.
+_TOPOLOGY = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v5e|v6e)-(\d+)$")
+_CORES_PER_COUNT = {"v2": 1, "v3": 1, "v4": 0.5, "v5p": 0.5, "v5litepod": 1, "v5e": 1, "v6e": 1}
+_CORES_PER_HOST = {"v2": 8, "v3": 8, "v4": 4, "v5p": 4}
+
+
+def topology_cores(topology):
+  """(num_cores, cores_per_host or None) of an accelerator type like 'v4-32'.
+
+  Raises:
+    ConfigError: not an accelerator type this knows.
+  """
+  match = _TOPOLOGY.match(topology)
+  if not match:
+    raise ConfigError(f"--tpu_topology={topology} is not an accelerator type like v3-8, "
+                      f"v4-32 or v5litepod-8")
+  generation, count = match.group(1), int(match.group(2))
+  cores = int(count * _CORES_PER_COUNT[generation])
+  per_host = _CORES_PER_HOST.get(generation)
+  return cores, min(per_host, cores) if per_host else None

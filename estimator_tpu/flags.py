@@ -53,7 +53,11 @@ HELP = {
     "gcp_project": "GCP project of the Cloud TPU (optional).",
     "num_cores": "TPU cores (shards) to train on.",
     "cores_per_host": "TPU cores each host of a pod slice feeds: 8 on v2/v3/v5e, 4 on v4.",
+    "tpu_topology": "The TPU's accelerator type (v3-8, v4-32, v5litepod-8, ...): sets "
+                    "--num_cores (and --cores_per_host) unless they are given.",
     "iterations_per_loop": "Steps run on the TPU per session.run (host round trip).",
+    "summary_every_n_steps": "Write the train/* summaries (host_call) every N steps; on a TPU "
+                             "the host_call outfeed then runs every N steps only.",
     "use_bfloat16": "Compute in bfloat16 on TPU (ignored elsewhere).",
     "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",
     "strategy": "none, mirrored (all local GPUs) or multi_worker (TF_CONFIG).",
@@ -126,4 +130,12 @@ def config_for_model_dir(flag_values=flags.FLAGS):
     raise config_lib.ConfigError("--model_dir is required")
   saved = config_lib.read_config(model_dir)
   config = config_from_flags(flag_values, saved=saved)
+  topology = config.runtime.tpu_topology
+  if topology:
+    # The TPU's shape gives the core counts unless those flags were typed.
+    cores, per_host = config_lib.topology_cores(topology)
+    typed = typed_flags(flag_values)
+    derived = {"num_cores": cores, "cores_per_host": per_host}
+    config = config.replace("runtime", **{name: value for name, value in derived.items()
+                                          if value and name not in typed})
   return config.replace("runtime", model_dir=model_dir), saved

@@ -25,7 +25,7 @@ def digits_dir(tmp_path_factory):
 
 def tiny_config(model_dir, **train):
   """A validated Config for the tiny network on the digits fixture (10 classes)."""
-  settings = dict(train_steps=2, steps_per_eval=2, train_batch_size=8,
+  settings = dict(train_steps=2, steps_per_eval=2, train_batch_size=8, summary_every_n_steps=1,
                   eval_batch_size=8, seed=1)
   settings.update(train)
   return (config_lib.Config()
@@ -52,7 +52,7 @@ def trained_model_dir(tmp_path_factory, digits_dir):
       "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
       "--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_steps=4",
       "--steps_per_eval=4", "--train_batch_size=8", "--eval_batch_size=8",
-      "--norandom_flip", "--seed=1"])
+      "--norandom_flip", "--seed=1", "--summary_every_n_steps=1"])
   assert train.run(flag_values) == 0
   return model_dir
 

@@ -86,3 +86,20 @@ def test_hparams_may_not_shadow_a_flag():
             .replace("runtime", model_dir="/m"))
   with pytest.raises(config_lib.ConfigError, match="use --train_steps=... instead"):
     config.validate()
+
+
+@pytest.mark.parametrize("topology,cores,per_host", [
+    ("v2-8", 8, 8), ("v3-32", 32, 8), ("v4-8", 4, 4), ("v4-32", 16, 4), ("v5p-16", 8, 4),
+    ("v5litepod-8", 8, None)])
+def test_tpu_topology_gives_the_cores_tpuestimator_shards_over(topology, cores, per_host):
+  assert config_lib.topology_cores(topology) == (cores, per_host)
+
+
+def test_tpu_topology_sets_num_cores_unless_typed():
+  config, _ = flags_lib.config_for_model_dir(_flags("--model_dir=/m", "--tpu_topology=v4-32"))
+  assert (config.runtime.num_cores, config.runtime.cores_per_host) == (16, 4)
+  config, _ = flags_lib.config_for_model_dir(
+      _flags("--model_dir=/m", "--tpu_topology=v4-32", "--num_cores=8"))
+  assert (config.runtime.num_cores, config.runtime.cores_per_host) == (8, 4)
+  with pytest.raises(config_lib.ConfigError, match="--tpu_topology=v9-8 is not an accelerator"):
+    flags_lib.config_for_model_dir(_flags("--model_dir=/m", "--tpu_topology=v9-8"))

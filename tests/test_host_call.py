@@ -57,3 +57,24 @@ def test_host_call_loss_is_the_loss_the_estimator_logs(trained_model_dir):
   assert logged
   for step, loss in logged.items():
     assert host_call[step - 1] == np.float32(loss)
+
+
+def test_summaries_every_n_steps_write_only_those_steps(digits_dir, tmp_path):
+  from absl import flags
+
+  from estimator_tpu import flags as flags_lib
+  from estimator_tpu.training import tpu_estimator
+  import train
+  flag_values = flags.FlagValues()
+  flags_lib.define_flags(flag_values)
+  flag_values(["train.py", f"--data_dir={digits_dir}", f"--model_dir={tmp_path}",
+               "--model=tiny", "--image_size=32", "--train_steps=6", "--steps_per_eval=6",
+               "--train_batch_size=8", "--eval_batch_size=8", "--norandom_flip",
+               "--summary_every_n_steps=3"])
+  assert train.run(flag_values) == 0
+  summaries = _scalars(glob.glob(os.path.join(str(tmp_path), "events.out.tfevents.*.v2")))
+  for tag in TAGS:
+    assert sorted(summaries[tag]) == [0, 3], tag
+  config = config_lib.read_config(str(tmp_path))
+  run_config = tpu_estimator.build_run_config(config)
+  assert run_config.tpu_config.experimental_host_call_every_n_steps == 3  # the TPU outfeed too

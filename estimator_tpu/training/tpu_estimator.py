@@ -48,6 +48,7 @@ def build_run_config(config, resolver_fn=tpu_cluster_resolver):
       tpu_config=stacks.tpu.TPUConfig(
           iterations_per_loop=r.iterations_per_loop,
           num_shards=r.num_cores if r.use_tpu else None,
+          experimental_host_call_every_n_steps=t.summary_every_n_steps,
           per_host_input_for_training=(
               stacks.tpu.InputPipelineConfig.PER_HOST_V2)))
 
