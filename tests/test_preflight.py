@@ -176,3 +176,21 @@ def test_summary_ops_in_the_model_fn_warn_with_the_host_call_way(digits_dir, tmp
   (warning,) = [w for w in _lines(out, "WARN") if "summary call" in w]
   assert "tf.compat.v1.summary.scalar('loss_in_model_fn')" in warning
   assert "host_call=(host_call_fn" in warning
+
+
+def test_a_dtype_the_tpu_lacks_fails_naming_the_tensor(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--train_batch_size=64", "--eval_batch_size=64",
+                "--model_fn=preflight_models:complex128_model_fn")
+  out = capsys.readouterr().out
+  assert status == 1
+  failures = [f for f in _lines(out, "FAIL") if "complex128" in f]
+  assert failures and "loss_as_complex128" in failures[0], out
+
+
+def test_graph_execution_errors_are_reported_by_their_cause():
+  from estimator_tpu.tpu import checks
+  message = ("Graph execution error:\n\nDetected at node 'model/cast' defined at (most recent "
+             "call last):\n  File \"my_model.py\", line 3, in model_fn\n<stack traces unavailable>"
+             "\nCast string to float is not supported\n\t [[{{node model/cast}}]]")
+  assert checks.first_line(message) == "node model/cast: Cast string to float is not supported"
+  assert checks.first_line("just one line") == "just one line"

@@ -134,11 +134,26 @@ def parse_unsupported_ops(message, graph):
   return list(found.values())
 
 
+_DETECTED_AT = re.compile(r"Detected at node '?([^' ]+)'? defined at")
+# TF 2's wrapping of a graph error: no news in them, the cause comes after.
+_BOILERPLATE = ("Graph execution error:", "<stack traces unavailable>")
+
+
 def first_line(error):
-  """The line of an error message worth printing: XLA's verdict, else the first."""
-  lines = [line for line in str(error).splitlines() if line.strip()]
+  """The line of an error message worth printing: XLA's verdict, else the first with news.
+
+  TF 2 wraps graph errors as 'Graph execution error: Detected at node X defined
+  at ...'; that wrapping is replaced by the cause, prefixed with the node.
+  """
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
   detected = [line for line in lines if "Detected unsupported" in line]
-  return (detected or lines or [type(error).__name__])[0].strip()
+  if detected:
+    return detected[0]
+  node = next((m.group(1) for m in map(_DETECTED_AT.search, lines) if m), None)
+  news = [line for line in lines if line not in _BOILERPLATE and not _DETECTED_AT.search(line)
+          and not line.startswith(("File ", "[[", "(most recent call last)"))]
+  text = (news or lines or [type(error).__name__])[0]
+  return f"node {node}: {text}" if node else text
 
 
 def _eval_tensors(spec):
@@ -219,6 +234,15 @@ def forbidden_ops(ops):
                                   any(t.dtype == tf.string for t in tensors)):
       bad.append(op)
   return bad
+
+
+# Dtypes a TPU core has no support for at all (float64 only runs slowly: a WARN).
+TPU_MISSING_DTYPES = (tf.complex128,)
+
+
+def missing_dtype_tensors(ops):
+  """Tensors among ops' outputs whose dtype a TPU lacks, e.g. complex128."""
+  return [t for op in ops for t in op.outputs if t.dtype in TPU_MISSING_DTYPES]
 
 
 def float64_ops(ops):

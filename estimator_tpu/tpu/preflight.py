@@ -146,6 +146,10 @@ def _op_findings(step):
     why = ("a Python callback cannot run on a TPU" if op.type in tpu_checks.PY_FUNC_OPS
            else "string tensors cannot live on a TPU")
     findings.append(Finding(FAIL, f"{op.type} op {op.name} in the model graph: {why}"))
+  for tensor in tpu_checks.missing_dtype_tensors(step.ops):
+    findings.append(Finding(FAIL, (
+        f"tensor {tensor.name} is {tensor.dtype.name}, which a TPU cannot hold; compute in "
+        f"complex64 or float32")))
   doubles = tpu_checks.float64_ops(step.ops)
   if doubles:
     names = ", ".join(f"{op.name} ({op.type})" for op in doubles[:5])
