@@ -166,7 +166,7 @@ def test_two_workers_train_one_model_from_tf_config(digits_dir, tmp_path):
   command = [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
              "--model=tiny", "--image_size=32", "--train_steps=4", "--steps_per_eval=2",
              "--train_batch_size=16", "--eval_batch_size=16", "--norandom_flip",
-             "--strategy=multi_worker", "--mode=train"]
+             "--strategy=multi_worker", "--mode=train", "--summary_every_n_steps=1"]
   processes = []
   try:
     for index in range(2):
