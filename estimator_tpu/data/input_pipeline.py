@@ -42,13 +42,13 @@ def _records(file_names, deterministic):
       deterministic=deterministic)
 
 
-def training_files_by_host(file_pattern, num_hosts):
+def training_files_by_host(files, num_hosts):
   """Each host's training files, [[path, ...] per host], or None when it shards by record.
 
   Hosts shard by file when there are at least as many non-empty files as
   hosts: every num_hosts-th file of the sorted list, the same on every host.
   """
-  files = sorted(tf.io.gfile.glob(file_pattern))
+  files = sorted(files)
   if num_hosts > 1:
     files = [f for f in files if tf.io.gfile.stat(f).length > 0]
   if len(files) < num_hosts:
@@ -71,7 +71,7 @@ def _read_records(file_pattern, is_training, seed, context):
   if not files:
     raise ValueError(f"no files match {file_pattern}")
   hosts, host = host_of(context)
-  by_host = training_files_by_host(file_pattern, hosts) if is_training else None
+  by_host = training_files_by_host(files, hosts) if is_training else None
   if by_host is not None:
     mine = by_host[host]
     names = tf.data.Dataset.from_tensor_slices(mine).shuffle(

@@ -12,6 +12,7 @@ of every batch.
 import dataclasses
 
 import numpy as np
+import tensorflow as tf
 from tensorflow_estimator.python.estimator.tpu import tpu_context
 
 from estimator_tpu.data import input_pipeline
@@ -108,7 +109,8 @@ def counted_labels(feeds):
 
 def _train_finding(input_fn, pattern, params, hosts, cores, per_core_batch):
   feeds = feed_hosts(input_fn, params, hosts, cores, per_core_batch, steps=1)
-  by_host = input_pipeline.training_files_by_host(pattern, hosts) if pattern else []
+  by_host = (input_pipeline.training_files_by_host(tf.io.gfile.glob(pattern), hosts)
+             if pattern else [])
   files = (f"fewer non-empty files than hosts: each reads every file and keeps every "
            f"{hosts}th record" if by_host is None else
            "files per host: " + ", ".join(str(len(f)) for f in by_host) if by_host else
