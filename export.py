@@ -6,7 +6,6 @@ The model is rebuilt from MODEL/config.json; no model flags need retyping.
 """
 
 import os
-import sys
 
 # Before TensorFlow is imported: its C++ start-up chatter is not for the user.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -19,22 +18,34 @@ from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu.export import saved_model
 from estimator_tpu.training import assemble
+from estimator_tpu.training import checkpoints
 from estimator_tpu.training import loop
 
 FLAGS = flags.FLAGS
+PROGRAM = "export.py"
 
 
 def run(flag_values):
   """Exports; returns the process exit status."""
+  export_dir = flag_values["export_dir"].value
   try:
     config, checkpoint = assemble.prepare_export(
-        flag_values["model_dir"].value, flag_values["export_dir"].value)
+        flag_values["model_dir"].value, export_dir, report=loop.say)
     estimator = assemble.build(config)
   except config_lib.ConfigError as e:
-    print(f"export.py: error: {e}", file=sys.stderr)
-    return 2
-  path = saved_model.export_saved_model(estimator, flag_values["export_dir"].value,
-                                       checkpoint_path=checkpoint)
+    return cli.fail(PROGRAM, str(e), cli.EXIT_USAGE)
+  try:
+    path = saved_model.export_saved_model(estimator, export_dir, checkpoint_path=checkpoint)
+  except Exception as e:
+    # The version is staged under a non-numeric name that export_saved_model
+    # removes on any error: nothing half-written is left looking complete.
+    failure = cli.storage_failure(e, export_dir, "--export_dir",
+                                  checkpoints.checkpoint_bytes(checkpoint))
+    if failure is None:
+      raise
+    message, status = failure
+    return cli.fail(PROGRAM, f"{message}; no version was left in --export_dir: free space, then "
+                    "run the same command", status)
   loop.say(f"exported {checkpoint} to {path}")
   return 0
 
@@ -43,7 +54,7 @@ def main():
   """The `export.py` / `estimator-tpu-export` command."""
   cli.quiet_tensorflow()
   flags_lib.define_flags()
-  app.run(cli.make_main("export.py", run, FLAGS))
+  app.run(cli.make_main(PROGRAM, run, FLAGS))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ is a Beam pipeline option (--runner, --direct_num_workers, Dataflow, ...).
 See docs/PREPROCESS.md.
 """
 
+import contextlib
+import io
 import json
 import logging as std_logging
 import os
@@ -22,6 +24,7 @@ from absl import flags
 from absl import logging
 from apache_beam.io.filesystems import FileSystems
 
+from estimator_tpu import storage
 from estimator_tpu.beam import options as preprocess_flags
 from estimator_tpu.beam import sources
 from estimator_tpu.data import layout
@@ -58,6 +61,35 @@ def _run_pipeline(plan, pipeline_args):
     return json.loads(f.read().decode("utf-8"))
 
 
+@contextlib.contextmanager
+def _held_back(buffer):
+  """Holds Beam's stderr output and log records in buffer while the pipeline runs.
+
+  Beam's local workers print and log each failed bundle's traceback before
+  the pipeline raises the same error. The caller shows what was held unless
+  the error is a full disk, which gets its one line instead.
+  """
+  beam_logger = std_logging.getLogger("apache_beam")
+  handler = std_logging.StreamHandler(buffer)
+  propagate = beam_logger.propagate
+  beam_logger.addHandler(handler)
+  beam_logger.propagate = False
+  try:
+    with contextlib.redirect_stderr(buffer):
+      yield
+  finally:
+    beam_logger.removeHandler(handler)
+    beam_logger.propagate = propagate
+
+
+def _input_bytes(plan, sample=1000):
+  """About how many bytes the inputs take (the first `sample` local files, scaled up)."""
+  paths = [item.path for item in plan.items[:sample] if os.path.exists(item.path)]
+  if not paths:
+    return 0
+  return sum(os.path.getsize(p) for p in paths) * len(plan.items) // len(paths)
+
+
 def _summary(manifest, output_dir):
   lines = ["", "=" * 60, f"{PROG}: done"]
   for split, info in manifest["splits"].items():
@@ -85,7 +117,21 @@ def run(argv):
         FLAGS.output_dir, FLAGS.overwrite, FLAGS.input_dir)
   except sources.InputError as e:
     return _fail(str(e))
-  manifest = _run_pipeline(plan, pipeline_args)
+  held = io.StringIO()
+  try:
+    with _held_back(held):
+      manifest = _run_pipeline(plan, pipeline_args)
+  except Exception as e:
+    if not storage.no_space(e):
+      sys.stderr.write(held.getvalue())
+      raise
+    # What this run wrote is removed: the space is freed and no part of the
+    # dataset is left (there is no manifest.json, so it never looked complete).
+    sources.remove_dataset(plan.output_dir, remove_dir=not existed)
+    return _fail(storage.no_space_message(plan.output_dir, "--output_dir",
+                                          2 * _input_bytes(plan)) +
+                 "; nothing was kept: free space, then run the same command")
+  sys.stderr.write(held.getvalue())
   if manifest["images"]["count"] == 0:
     sources.remove_dataset(plan.output_dir, remove_dir=not existed)
     return _fail(f"no valid image among {manifest['inputs']} inputs "

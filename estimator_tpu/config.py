@@ -7,6 +7,8 @@ import re
 
 import tensorflow as tf
 
+from estimator_tpu import storage
+
 CONFIG_FILE = "config.json"
 MODELS = ("flowers", "resnet", "tiny")
 RESNET_DEPTHS = (18, 34, 50)
@@ -285,13 +287,12 @@ def _validate_tpu_batches(config):
 def read_config(model_dir):
   """The Config saved in model_dir, or None when there is none."""
   path = os.path.join(model_dir, CONFIG_FILE)
-  if not tf.io.gfile.exists(path):
+  if not storage.exists(path):
     return None
-  with tf.io.gfile.GFile(path) as f:
-    try:
-      return Config.from_dict(json.load(f))
-    except json.JSONDecodeError as e:
-      raise ConfigError(f"{path} is not valid JSON ({e}); delete it or fix it") from e
+  try:
+    return Config.from_dict(json.loads(storage.read_text(path)))
+  except json.JSONDecodeError as e:
+    raise ConfigError(f"{path} is not valid JSON ({e}); delete it or fix it") from e
 
 
 def check_compatible(saved, config):
@@ -311,8 +312,7 @@ def write_config(config):
   """Writes config to model_dir/config.json (creating model_dir); returns the path."""
   tf.io.gfile.makedirs(config.runtime.model_dir)
   path = os.path.join(config.runtime.model_dir, CONFIG_FILE)
-  with tf.io.gfile.GFile(path, "w") as f:
-    json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+  storage.write_atomically(path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
   return path
 
 

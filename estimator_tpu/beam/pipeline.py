@@ -139,6 +139,18 @@ def _write_text(path, text, mime_type):
     f.write(text.encode("utf-8"))
 
 
+def _write_whole(path, text, mime_type):
+  """Writes path under a temporary name first: a half-written manifest never exists."""
+  temp = f"{path}.tmp-{uuid.uuid4().hex}"
+  try:
+    _write_text(temp, text, mime_type)
+    FileSystems.rename([temp], [path])
+  except BaseException:
+    if FileSystems.exists(temp):
+      FileSystems.delete([temp])
+    raise
+
+
 def finalize(unused_element, plan, temp_dir, partial_stats, shard_infos,
              rejected):
   """Writes labels.txt, rejected.csv, then manifest.json; removes temp_dir.
@@ -164,9 +176,8 @@ def finalize(unused_element, plan, temp_dir, partial_stats, shard_infos,
               manifest_lib.rejected_csv(list(rejected) + list(plan.rejected)), "text/csv")
   stats = manifest_lib.merge_stats(partial_stats, plan.rejected)
   manifest = manifest_lib.make_manifest(plan, stats, shard_infos)
-  _write_text(FileSystems.join(output_dir, layout.MANIFEST_FILE),
-              json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
-              "application/json")
+  _write_whole(FileSystems.join(output_dir, layout.MANIFEST_FILE),
+               json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "application/json")
   if FileSystems.exists(temp_dir):
     FileSystems.delete([temp_dir])
   return manifest

@@ -11,6 +11,7 @@ import os
 
 import tensorflow as tf
 
+from estimator_tpu import storage
 from estimator_tpu.config import ConfigError
 from estimator_tpu.data import layout
 
@@ -27,10 +28,9 @@ class DataInfo:
 
 def read_labels(path):
   """Class names, one per line in label order; blank lines ignored."""
-  if not tf.io.gfile.exists(path):
+  if not storage.exists(path):
     raise ConfigError(f"labels file {path} does not exist")
-  with tf.io.gfile.GFile(path) as f:
-    text = f.read()
+  text = storage.read_text(path)
   try:
     return layout.parse_labels(text, f"labels file {path}")
   except ValueError as e:
@@ -50,13 +50,12 @@ def _require_files(pattern, flag):
 
 def _read_manifest(data_dir):
   path = os.path.join(data_dir, layout.MANIFEST_FILE) if data_dir else ""
-  if not path or not tf.io.gfile.exists(path):
+  if not path or not storage.exists(path):
     return None
-  with tf.io.gfile.GFile(path) as f:
-    try:
-      return json.load(f)
-    except json.JSONDecodeError as e:
-      raise ConfigError(f"{path} is not valid JSON: {e}") from e
+  try:
+    return json.loads(storage.read_text(path))
+  except json.JSONDecodeError as e:
+    raise ConfigError(f"{path} is not valid JSON: {e}") from e
 
 
 def _class_names(data, manifest):

@@ -1,10 +1,10 @@
 """From the run's Config to a ready run: validated once, data resolved, config.json, estimator."""
 
-import tensorflow as tf
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import data_dir
+from estimator_tpu.training import checkpoints
 from estimator_tpu.training import tpu_estimator as estimator_lib
 from estimator_tpu.training import user_model_fn
 
@@ -47,11 +47,17 @@ def prepare(config, saved, need_train, need_eval, write=True):
   return config, info
 
 
-def prepare_export(model_dir, export_dir):
-  """The saved config (set up for CPU/GPU) and latest checkpoint of model_dir.
+def prepare_export(model_dir, export_dir, report=print):
+  """The saved config (set up for CPU/GPU) and newest restorable checkpoint of model_dir.
+
+  Args:
+    model_dir: the trained model's directory.
+    export_dir: where the SavedModel goes.
+    report: called with a line for each damaged checkpoint skipped.
 
   Raises:
-    ConfigError: no --model_dir/--export_dir, no config.json or no checkpoint.
+    ConfigError: no --model_dir/--export_dir, no config.json, no checkpoint,
+      or none that restores.
   """
   if not model_dir or not export_dir:
     raise config_lib.ConfigError("--model_dir and --export_dir are required")
@@ -59,7 +65,8 @@ def prepare_export(model_dir, export_dir):
   if saved is None:
     raise config_lib.ConfigError(
         f"--model_dir={model_dir} holds no {config_lib.CONFIG_FILE}: train there first")
-  checkpoint = tf.train.latest_checkpoint(model_dir)
+  # A damaged newer checkpoint is skipped (one line), never exported.
+  checkpoint = checkpoints.newest_restorable(model_dir, fix=False, report=report)
   if not checkpoint:
     raise config_lib.ConfigError(
         f"--model_dir={model_dir} holds no checkpoint: train there first")

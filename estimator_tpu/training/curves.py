@@ -1,10 +1,13 @@
 """Learning curves: training scalars from event files, evaluations from eval_history.jsonl."""
 
+import io
 import json
 import os
 
 import numpy as np
 import tensorflow as tf
+
+from estimator_tpu import storage
 
 HISTORY_FILE = "eval_history.jsonl"
 CURVES_FILE = "learning_curves.png"
@@ -31,22 +34,18 @@ def read_scalars(log_dir, tags):
 def read_history(model_dir):
   """The evaluation records appended by the loop, oldest first."""
   path = os.path.join(model_dir, HISTORY_FILE)
-  if not tf.io.gfile.exists(path):
+  if not storage.exists(path):
     return []
-  with tf.io.gfile.GFile(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  return [json.loads(line) for line in storage.read_text(path).splitlines() if line.strip()]
 
 
 def append_history(model_dir, record):
   """Appends one evaluation record (a JSON-serializable dict) to eval_history.jsonl."""
   path = os.path.join(model_dir, HISTORY_FILE)
-  lines = []
-  if tf.io.gfile.exists(path):
-    with tf.io.gfile.GFile(path) as f:
-      lines = f.read()
-  # GFile has no append mode on every filesystem (gs://): rewrite the file.
-  with tf.io.gfile.GFile(path, "w") as f:
-    f.write((lines if lines else "") + json.dumps(record, sort_keys=True) + "\n")
+  lines = storage.read_text(path) if storage.exists(path) else ""
+  # GFile has no append mode on every filesystem (gs://): the file is rewritten,
+  # whole or not at all, so a full disk never leaves half a record.
+  storage.write_atomically(path, lines + json.dumps(record, sort_keys=True) + "\n")
 
 
 def _plot(axis, points, label, style="-"):
@@ -87,7 +86,8 @@ def write_learning_curves(model_dir):
       axis.legend()
   figure.tight_layout()
   path = os.path.join(model_dir, CURVES_FILE)
-  with tf.io.gfile.GFile(path, "wb") as f:
-    figure.savefig(f, format="png", dpi=90)
+  png = io.BytesIO()
+  figure.savefig(png, format="png", dpi=90)
   plt.close(figure)
+  storage.write_atomically(path, png.getvalue())
   return path

@@ -7,9 +7,12 @@ import time
 import tensorflow as tf
 
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.training import checkpoints
 from estimator_tpu.training import curves
+from estimator_tpu.training import preemption
 
 PREFIX = "[estimator_tpu]"
+POLL_SECS = 1  # how often continuous evaluation looks for a new checkpoint
 SHOWN_METRICS = ("accuracy", "top_5_accuracy", "mean_per_class_accuracy", "macro_f1",
                  "eval_loss", "num_eval_examples")
 
@@ -73,10 +76,10 @@ def _format_metrics(results):
   return " ".join(parts)
 
 
-def evaluate(estimator, inputs, checkpoint_path=None):
+def evaluate(estimator, inputs, checkpoint_path=None, hooks=None):
   """One exact pass over the eval set; returns {metric: float}, including global_step."""
   results = estimator.evaluate(inputs.eval_input_fn, steps=inputs.eval_steps,
-                               checkpoint_path=checkpoint_path)
+                               checkpoint_path=checkpoint_path, hooks=hooks)
   return {k: float(v) if k != "global_step" else int(v) for k, v in results.items()}
 
 
@@ -97,17 +100,60 @@ def record_evaluation(model_dir, results, train_steps, extra=None):
   return record
 
 
-def train_and_evaluate(estimator, config, inputs, evaluate_each=True):
+def _stop_if_preempted(watch, model_dir):
+  """Raises Preempted naming the checkpoint the run's stop saved (when a signal came)."""
+  if not watch.requested:
+    return
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  if curves.read_history(model_dir):
+    curves.write_learning_curves(model_dir)
+  raise preemption.Preempted(watch.signal_name, checkpoints.restored_step(checkpoint),
+                             checkpoint)
+
+
+def resume_step(model_dir):
+  """The step of the newest checkpoint that restores; damaged newer ones are set aside.
+
+  Raises:
+    ConfigError: model_dir has checkpoints but none restores.
+  """
+  newest = checkpoints.newest_restorable(model_dir, fix=True, report=say)
+  return checkpoints.restored_step(newest)
+
+
+def _evaluation_missed(model_dir, step, config):
+  """Whether a resumed run lacks the evaluation due at its step (the last run stopped in it)."""
+  t = config.train
+  due = step == t.train_steps or step % t.steps_per_eval == 0
+  return step > 0 and due and step not in {h.get("step") for h in curves.read_history(model_dir)}
+
+
+def train_and_evaluate(estimator, config, inputs, evaluate_each=True, watch=None, hooks=()):
   """Trains to the next checkpoint, evaluates over the whole eval set, repeats.
 
-  Resumes from the latest checkpoint in model_dir: re-running the same
-  command after a kill continues from that step, never from 0.
+  Resumes from the newest checkpoint in model_dir that restores: re-running
+  the same command after a kill continues from that step, never from 0.
+
+  Args:
+    estimator: what assemble.build() returns.
+    config: the run's Config.
+    inputs: make_inputs(config, info).
+    evaluate_each: evaluate after every --steps_per_eval steps.
+    watch: an active preemption.Watch; on its signal the run stops after the
+      step in flight, with a checkpoint, by raising Preempted.
+    hooks: more SessionRunHooks for every train() and evaluate() call.
 
   Returns:
     The last evaluation's results (or {'global_step': step} with no eval).
+
+  Raises:
+    preemption.Preempted: a watched signal arrived.
+    ConfigError: model_dir has checkpoints but none restores.
   """
   t, r = config.train, config.runtime
-  step = current_step(r.model_dir)
+  watch = watch or preemption.Watch()
+  hooks = [watch.hook(), *hooks]
+  step = resume_step(r.model_dir)
   if step:
     say(f"resuming from step {step} in {r.model_dir}")
   if step >= t.train_steps:
@@ -116,19 +162,26 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True):
   start_step = step
   results = {"global_step": step}
   evaluating = evaluate_each and inputs.eval_input_fn
+  if evaluating and _evaluation_missed(r.model_dir, step, config):
+    results = evaluate(estimator, inputs, hooks=hooks)
+    _stop_if_preempted(watch, r.model_dir)
+    record_evaluation(r.model_dir, results, t.train_steps)
   while step < t.train_steps:
+    _stop_if_preempted(watch, r.model_dir)
     # Without evaluation one train() call runs to the end: every call rebuilds the
     # graph (and on a TPU recompiles it). Checkpoints keep their cadence either way.
     target = min(step + t.steps_per_eval, t.train_steps) if evaluating else t.train_steps
     began = time.time()
-    estimator.train(inputs.train_input_fn, max_steps=target)
+    estimator.train(inputs.train_input_fn, max_steps=target, hooks=hooks)
+    _stop_if_preempted(watch, r.model_dir)
     seconds = time.time() - began
     rate = (target - step) * t.train_batch_size / max(seconds, 1e-9)
     step = target
     if not evaluating:
       say(f"step {step}/{t.train_steps} | {rate:.0f} img/s")
       continue
-    results = evaluate(estimator, inputs)
+    results = evaluate(estimator, inputs, hooks=hooks)
+    _stop_if_preempted(watch, r.model_dir)  # a cut-short evaluation is not recorded
     elapsed = time.time() - start
     eta = elapsed / (step - start_step) * (t.train_steps - step)
     record_evaluation(r.model_dir, results, t.train_steps, {
@@ -136,23 +189,43 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True):
   return results
 
 
-def continuous_evaluate(estimator, config, inputs):
+def continuous_evaluate(estimator, config, inputs, watch=None, hooks=()):
   """Evaluates each new checkpoint in model_dir until one reaches --train_steps.
 
-  Waits up to --eval_timeout_secs for a new checkpoint; a checkpoint deleted
-  before it is read (the trainer keeps only the newest few) is skipped.
+  Waits up to --eval_timeout_secs for a new checkpoint. A checkpoint that does
+  not read back whole is skipped with one line; one deleted before it is read
+  (the trainer keeps only the newest few) is skipped too.
+
+  Raises:
+    preemption.Preempted: a watched signal arrived (the evaluation in flight
+      is not recorded).
   """
   t, r = config.train, config.runtime
+  watch = watch or preemption.Watch()
+  hooks = [watch.hook(), *hooks]
   results = {}
-  for path in tf.train.checkpoints_iterator(r.model_dir, timeout=r.eval_timeout_secs):
+  waited_since = [time.time()]
+
+  def stop_waiting():
+    return watch.requested or time.time() - waited_since[0] >= r.eval_timeout_secs
+
+  for path in tf.train.checkpoints_iterator(r.model_dir, timeout=POLL_SECS,
+                                            timeout_fn=stop_waiting):
+    reason = checkpoints.problem(path)
+    if reason:
+      say(f"skipping damaged checkpoint {path}: {reason}")
+      waited_since[0] = time.time()
+      continue
     try:
-      results = evaluate(estimator, inputs, checkpoint_path=path)
+      results = evaluate(estimator, inputs, checkpoint_path=path, hooks=hooks)
     except tf.errors.NotFoundError:
       say(f"checkpoint {path} was deleted before it could be evaluated; waiting for the next")
       continue
+    _stop_if_preempted(watch, r.model_dir)
     record_evaluation(r.model_dir, results, t.train_steps)
     if results["global_step"] >= t.train_steps:
-      break
-  else:
-    say(f"no new checkpoint in {r.model_dir} for {r.eval_timeout_secs}s; stopping")
+      return results
+    waited_since[0] = time.time()
+  _stop_if_preempted(watch, r.model_dir)
+  say(f"no new checkpoint in {r.model_dir} for {r.eval_timeout_secs}s; stopping")
   return results
