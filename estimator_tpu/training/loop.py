@@ -10,6 +10,7 @@ from estimator_tpu.data import input_pipeline
 from estimator_tpu.training import checkpoints
 from estimator_tpu.training import curves
 from estimator_tpu.training import preemption
+from estimator_tpu.training import strategy_estimator
 
 PREFIX = "[estimator_tpu]"
 POLL_SECS = 1  # how often continuous evaluation looks for a new checkpoint
@@ -111,13 +112,18 @@ def _stop_if_preempted(watch, model_dir):
                              checkpoint)
 
 
-def resume_step(model_dir):
-  """The step of the newest checkpoint that restores; damaged newer ones are set aside.
+def resume_step(model_dir, fix=True):
+  """The step of the newest checkpoint that restores.
+
+  Args:
+    model_dir: the run's directory.
+    fix: set damaged newer checkpoints aside (only the process that writes
+      checkpoints should: the chief of a multi-worker run).
 
   Raises:
     ConfigError: model_dir has checkpoints but none restores.
   """
-  newest = checkpoints.newest_restorable(model_dir, fix=True, report=say)
+  newest = checkpoints.newest_restorable(model_dir, fix=fix, report=say)
   return checkpoints.restored_step(newest)
 
 
@@ -153,7 +159,7 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True, watch=None
   t, r = config.train, config.runtime
   watch = watch or preemption.Watch()
   hooks = [watch.hook(), *hooks]
-  step = resume_step(r.model_dir)
+  step = resume_step(r.model_dir, fix=strategy_estimator.writes_checkpoints(r))
   if step:
     say(f"resuming from step {step} in {r.model_dir}")
   if step >= t.train_steps:

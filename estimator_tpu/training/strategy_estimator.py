@@ -57,6 +57,11 @@ def is_chief_task(tf_config):
   return task["type"] == "worker" and int(task.get("index", 0)) == 0
 
 
+def writes_checkpoints(runtime):
+  """Whether this process writes the run's checkpoints: always, but on a non-chief worker."""
+  return runtime.strategy != "multi_worker" or is_chief_task(read_tf_config())
+
+
 def check_multi_worker_mode(runtime):
   """Multi-worker runs only train: each worker evaluating would duplicate the work."""
   if runtime.strategy == "multi_worker" and runtime.mode != "train":
