@@ -90,20 +90,22 @@ def test_sigterm_saves_the_step_in_flight_exits_75_and_the_same_command_resumes(
   assert loop.current_step(model_dir) == step + 3
 
 
-class _SignalDuringEvaluation(tf.compat.v1.train.SessionRunHook):
-  """Sends SIGTERM to this process after the first evaluation step (train steps pass)."""
+class _SignalAt(tf.compat.v1.train.SessionRunHook):
+  """Sends SIGTERM to this process after session run `at` of training or of evaluation."""
 
-  def __init__(self):
-    self.sent = 0
+  def __init__(self, at=1, evaluating=False):
+    self.at, self.evaluating, self.runs, self.sent = at, evaluating, 0, 0
 
   def begin(self):
-    self._evaluating = any(v.op.name == "eval_step"
-                           for v in tf.compat.v1.local_variables())
+    self._active = self.evaluating == any(v.op.name == "eval_step"
+                                          for v in tf.compat.v1.local_variables())
 
   def after_run(self, run_context, run_values):
-    if self._evaluating and not self.sent:
-      self.sent += 1
-      os.kill(os.getpid(), signal.SIGTERM)
+    if self._active:
+      self.runs += 1
+      if self.runs == self.at and not self.sent:
+        self.sent += 1
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
@@ -114,7 +116,7 @@ def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
       None, need_train=True, need_eval=True)
   estimator = assemble.build(config)
   inputs = loop.make_inputs(config, info)
-  signaller = _SignalDuringEvaluation()
+  signaller = _SignalAt(evaluating=True)
   with preemption.Watch() as watch, pytest.raises(preemption.Preempted) as stopped:
     loop.train_and_evaluate(estimator, config, inputs, watch=watch, hooks=[signaller])
   assert signaller.sent == 1
@@ -127,6 +129,22 @@ def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
   history = curves.read_history(config.runtime.model_dir)
   assert [h["step"] for h in history] == [3, 6]  # step 3's evaluation done on resume
   assert history[0]["num_eval_examples"] == info.num_eval_examples
+
+
+def test_sigterm_under_a_distribution_strategy_saves_the_step_in_flight(tmp_path, digits_dir):
+  config, info = assemble.prepare(
+      tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000,
+                  train_batch_size=16).replace("data", data_dir=digits_dir).replace(
+                      "runtime", strategy="mirrored"), None, need_train=True, need_eval=False)
+  estimator = assemble.build(config)
+  signaller = _SignalAt(at=3)
+  with preemption.Watch() as watch, pytest.raises(preemption.Preempted) as stopped:
+    loop.train_and_evaluate(estimator, config, loop.make_inputs(config, info),
+                            evaluate_each=False, watch=watch, hooks=[signaller])
+  assert signaller.sent == 1
+  step = stopped.value.step
+  assert 3 <= step <= 4 and step == loop.current_step(config.runtime.model_dir)  # of 1000
+  assert stopped.value.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
 
 
 def test_sigterm_while_waiting_for_checkpoints_stops_eval_mode(tmp_path, trained_model_dir,
