@@ -1,7 +1,10 @@
-"""The flat layout's module paths (before data/, beam/, training/, tpu/, export/), for one release.
+"""Module paths that moved: a name imported as an object that lives elsewhere.
 
-`import estimator_tpu.preprocessing` (say) still works: it gives the module's
-new home, estimator_tpu.data.image_ops, and warns once with the new path.
+`import estimator_tpu.preprocessing` (say) still works for one release: it gives
+the module's new home, estimator_tpu.data.image_ops, and warns once with the
+new path (the flat layout before data/, beam/, training/, tpu/, export/).
+`AliasLoader` is the mechanism, shared with estimator_tpu.compat's module paths
+(`tensorflow.contrib...`, `tensorflow.python.estimator...`).
 """
 
 import importlib
@@ -39,16 +42,33 @@ def moved_message(old, new):
   return f"{old} moved to {new}; the old path goes away in the next release"
 
 
-class _AliasLoader(importlib.abc.Loader):
-  def __init__(self, new):
-    self._new = new
+class AliasLoader(importlib.abc.Loader):
+  """Loads a module name as an object `make()` returns; no code runs for the name itself.
+
+  The import system stamps the alias's spec on the object it loads; the
+  object's own spec (a real module's, or None) is put back afterwards, so the
+  module keeps its one true name.
+  """
+
+  def __init__(self, make):
+    self._make = make
+    self._spec = None
 
   def create_module(self, spec):
-    warnings.warn(moved_message(spec.name, self._new), FutureWarning, stacklevel=2)
-    return importlib.import_module(self._new)
+    module = self._make()
+    self._spec = module.__dict__.get("__spec__")
+    return module
 
   def exec_module(self, module):
-    pass
+    if self._spec is not None:
+      module.__spec__ = self._spec
+
+
+def _moved_module(old, new):
+  def make():
+    warnings.warn(moved_message(old, new), FutureWarning, stacklevel=3)
+    return importlib.import_module(new)
+  return make
 
 
 class MovedFinder(importlib.abc.MetaPathFinder):
@@ -58,7 +78,8 @@ class MovedFinder(importlib.abc.MetaPathFinder):
     package, _, name = fullname.rpartition(".")
     if package != "estimator_tpu" or name not in MOVED:
       return None
-    return importlib.util.spec_from_loader(fullname, _AliasLoader(MOVED[name]))
+    return importlib.util.spec_from_loader(fullname,
+                                           AliasLoader(_moved_module(fullname, MOVED[name])))
 
 
 def install():

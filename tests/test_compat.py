@@ -160,15 +160,17 @@ def test_cross_shard_optimizer_off_tpu_trains_like_the_wrapped_one():
   assert losses == sorted(losses, reverse=True) and losses[-1] < 0.5
 
 
-def test_cross_shard_optimizer_warns_once(caplog):
-  _util._warned.discard("CrossShardOptimizer")
-  with caplog.at_level(logging.WARNING):
+def test_cross_shard_optimizer_notes_once_at_info(caplog):
+  _util._noted.discard("CrossShardOptimizer")
+  with caplog.at_level(logging.INFO):
     for _ in range(2):
       _quadratic_graph(lambda loss, step: tf.contrib.tpu.CrossShardOptimizer(
           tf.train.GradientDescentOptimizer(0.1)).minimize(loss, step))
   messages = [r.getMessage() for r in caplog.records
               if "CrossShardOptimizer" in r.getMessage()]
   assert len(messages) == 1 and "GradientDescentOptimizer" in messages[0]
+  assert [r.levelname for r in caplog.records if "CrossShardOptimizer" in r.getMessage()] == [
+      "INFO"]
 
 
 def _build_in_tpu_rewrite(computation):

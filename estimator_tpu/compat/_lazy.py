@@ -61,22 +61,30 @@ def unknown_message(path):
           f"the tf.compat.v1 / tf.* name directly.")
 
 
+def module_name(path):
+  """The module a namespace is importable as: tf.contrib.tpu -> tensorflow.contrib.tpu."""
+  return "tensorflow" + path[len("tf"):] if path.startswith("tf.") else path
+
+
 class Namespace(types.ModuleType):
   """A `tf.contrib.*` namespace whose attributes come from a registry dict.
 
   A dict value is a child namespace; an `Entry` is resolved on first access
   and cached. Refused and unknown names raise AttributeError with a message
-  that says what to use instead.
+  that says what to use instead, naming the path as the code wrote it
+  (`tf.contrib.x`, or `tensorflow.contrib.x` imported by module path);
+  `__name__` is the module name `import tensorflow.contrib...` finds it under.
   """
 
   def __init__(self, path, entries):
-    super().__init__(path, f"Compatibility namespace for {path}.")
+    super().__init__(module_name(path), f"Compatibility namespace for {path}.")
+    self.__dict__["_path"] = path
     self.__dict__["_entries"] = entries
 
   def __getattr__(self, name):
     if name.startswith("__"):
       raise AttributeError(name)
-    path = f"{self.__name__}.{name}"
+    path = f"{self._path}.{name}"
     entry = self._entries.get(name)
     if entry is None:
       raise AttributeError(unknown_message(path))
@@ -108,6 +116,7 @@ class CompatTF(types.ModuleType):
   def __getattr__(self, name):
     if name.startswith("__") and name != "__version__":
       raise AttributeError(name)
+    importlib.import_module("estimator_tpu.compat.activation").activate()
     if name == "contrib":
       value = Namespace("tf.contrib", self._contrib_entries)
     elif name == "estimator":

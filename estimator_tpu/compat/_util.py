@@ -1,17 +1,22 @@
-"""One-line warnings, logged once per process, for legacy code made to work."""
+"""One-line notes, logged once per process at INFO, for legacy code made to work.
+
+INFO, not WARNING: the behaviour they describe is what a legacy program asked
+for (a CPU run of TPU code), so a default run stays quiet; a program that sets
+`tf.logging.set_verbosity(tf.logging.INFO)`, as TF 1 programs did, sees each once.
+"""
 
 import threading
 
 from absl import logging
 
-_warned = set()
+_noted = set()
 _lock = threading.Lock()
 
 
-def warn_once(key, message, *args):
-  """Logs `message % args` as a warning the first time `key` is seen."""
+def note_once(key, message, *args):
+  """Logs `message % args` at INFO the first time `key` is seen."""
   with _lock:
-    if key in _warned:
+    if key in _noted:
       return
-    _warned.add(key)
-  logging.warning(message, *args)
+    _noted.add(key)
+  logging.info(message, *args)

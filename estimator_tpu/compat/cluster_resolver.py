@@ -42,7 +42,7 @@ def TPUClusterResolver(tpu=None, *args, **kwargs):
 
   Returns:
     A `tf.distribute.cluster_resolver.TPUClusterResolver`, or a
-    `LocalClusterResolver` (with one warning line) when `tpu` is empty and
+    `LocalClusterResolver` (with one INFO line) when `tpu` is empty and
     nothing in the environment names a TPU.
 
   Raises:
@@ -54,7 +54,7 @@ def TPUClusterResolver(tpu=None, *args, **kwargs):
   except ValueError:
     if tpu:
       raise
-  _util.warn_once(
+  _util.note_once(
       "TPUClusterResolver", "TPUClusterResolver(tpu=%r): no TPU name given "
       "or found in the environment; using a local resolver (master='') that "
       "a use_tpu=False run ignores.", tpu)

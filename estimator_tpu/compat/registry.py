@@ -38,7 +38,7 @@ TPU = {
     "CrossShardOptimizer": reimplemented(
         _C + "tpu:CrossShardOptimizer",
         "Subclass of tf.compat.v1.tpu.CrossShardOptimizer. Outside a TPU "
-        "computation it acts as the optimizer it wraps (one warning line) "
+        "computation it acts as the optimizer it wraps (one INFO line) "
         "instead of emitting CrossReplicaSum, which has no CPU/GPU kernel."),
     "bfloat16_scope": mapped(_V1_TPU + "bfloat16_scope"),
     "outside_compilation": mapped(_V1_TPU + "outside_compilation"),
@@ -87,7 +87,7 @@ CLUSTER_RESOLVER = {
         _C + "cluster_resolver:TPUClusterResolver",
         "tpu=None or '' with no TPU_NAME in the environment returns a local "
         "resolver (master '') that a use_tpu=False run ignores, with one "
-        "warning line, instead of raising ValueError (tensorflow/tpu#160)."),
+        "INFO line, instead of raising ValueError (tensorflow/tpu#160)."),
     **{name: mapped("tensorflow:distribute.cluster_resolver." + name)
        for name in ("ClusterResolver", "SimpleClusterResolver",
                     "UnionResolver", "GCEClusterResolver",
@@ -222,7 +222,40 @@ LAYERS = {
         "use tf.feature_column.categorical_column_with_hash_bucket"),
 }
 
+_EVAL = "tensorflow.python.training.evaluation:"
+
 TRAINING = {
+    "checkpoints_iterator": mapped(
+        "tensorflow:compat.v1.train.checkpoints_iterator",
+        "The function TF 1.15's tf.contrib.training re-exported: yields each "
+        "new checkpoint path, at most one per min_interval_secs; after "
+        "`timeout` seconds without one it calls timeout_fn and stops if that "
+        "returns True (no timeout_fn: stops)."),
+    "wait_for_new_checkpoint": mapped(
+        "tensorflow.python.training.checkpoint_utils:wait_for_new_checkpoint",
+        "TF-internal module; same function: the newest checkpoint path other "
+        "than last_checkpoint, polling every seconds_to_sleep, or None after "
+        "`timeout` seconds."),
+    "evaluate_once": mapped(
+        _EVAL + "_evaluate_once",
+        "TF-internal module; the same function under its TF 2 private name."),
+    "StopAfterNEvalsHook": mapped(
+        _EVAL + "_StopAfterNEvalsHook",
+        "TF-internal module; the same class under its TF 2 private name."),
+    "get_or_create_eval_step": mapped(
+        _EVAL + "_get_or_create_eval_step",
+        "TF-internal module; the same function under its TF 2 private name."),
+    "evaluate_repeatedly": reimplemented(
+        _C + "evaluation:evaluate_repeatedly",
+        "TF 1.15 semantics over tf.train.checkpoints_iterator: each new "
+        "checkpoint is restored in a MonitoredSession and eval_ops run until a "
+        "hook stops it (StopAfterNEvalsHook counts them); eval_interval_secs, "
+        "timeout, timeout_fn and max_number_of_evaluations as before; returns "
+        "final_ops' values from the last evaluation. TF 2 removed it."),
+    "SummaryAtEndHook": reimplemented(
+        _C + "evaluation:SummaryAtEndHook",
+        "Writes the merged summaries (or summary_op) once when an evaluation "
+        "ends, at the restored global step. TF 2 removed it."),
     "HParams": reimplemented(
         _C + "hparams:HParams",
         "Constructor kwargs, attributes, add_hparam, set_hparam, del_hparam, "
@@ -415,8 +448,63 @@ CONTRIB = {
     **REFUSED_MODULES,
 }
 
+# TF 1.15 module paths under tensorflow.contrib (beyond tensorflow.contrib.<module>
+# itself) -> (the tf.contrib module whose entries they held, those names; None: all).
+# `import tensorflow.contrib...` resolves them to the objects the attribute form gives.
+MODULE_PATHS = {
+    "tpu.python.tpu.tpu_estimator": (
+        "tpu", ("TPUEstimator", "TPUEstimatorSpec", "export_estimator_savedmodel")),
+    "tpu.python.tpu.tpu_config": ("tpu", ("RunConfig", "TPUConfig", "InputPipelineConfig")),
+    "tpu.python.tpu.tpu_optimizer": ("tpu", ("CrossShardOptimizer",)),
+    "tpu.python.tpu.async_checkpoint": ("tpu", ("AsyncCheckpointSaverHook",)),
+    "tpu.python.tpu.bfloat16": ("tpu", ("bfloat16_scope",)),
+    "tpu.python.tpu.tpu": (
+        "tpu", ("rewrite", "shard", "replicate", "batch_parallel", "initialize_system",
+                "shutdown_system", "core", "outside_compilation")),
+    "tpu.python.tpu.training_loop": ("tpu", ("repeat", "while_loop")),
+    "tpu.python.tpu.tpu_feed": ("tpu", ("InfeedQueue",)),
+    "tpu.python.tpu.device_assignment": ("tpu", ("DeviceAssignment", "device_assignment")),
+    "tpu.python.tpu.topology": ("tpu", ("Topology",)),
+    "tpu.python.ops.tpu_ops": ("tpu", ("cross_replica_sum",)),
+    "cluster_resolver.python.training.tpu_cluster_resolver": (
+        "cluster_resolver", ("TPUClusterResolver",)),
+    "training.python.training.evaluation": (
+        "training", ("checkpoints_iterator", "wait_for_new_checkpoint", "evaluate_once",
+                     "evaluate_repeatedly", "StopAfterNEvalsHook", "SummaryAtEndHook",
+                     "get_or_create_eval_step")),
+    "training.python.training.hparam": ("training", ("HParams",)),
+    "summary.summary": ("summary", None),
+    "data.python.ops.batching": (
+        "data", ("map_and_batch", "batch_and_drop_remainder", "padded_batch_and_drop_remainder",
+                 "unbatch", "assert_element_shape", "dense_to_sparse_batch")),
+    "data.python.ops.interleave_ops": (
+        "data", ("parallel_interleave", "sample_from_datasets", "choose_from_datasets")),
+    "data.python.ops.shuffle_ops": ("data", ("shuffle_and_repeat",)),
+    "layers.python.layers.optimizers": ("layers", ("optimize_loss", "OPTIMIZER_CLS_NAMES")),
+    "layers.python.layers.initializers": (
+        "layers", ("variance_scaling_initializer", "xavier_initializer",
+                   "xavier_initializer_conv2d")),
+    "layers.python.layers.regularizers": ("layers", ("l1_regularizer", "l2_regularizer")),
+    "lookup.lookup_ops": ("lookup", None),
+}
+
+# TF-internal packages TF 1 code imported that moved to another package. The alias
+# serves a path only where TensorFlow has no module of its own (TF 2.15 still has
+# forwarding modules under tensorflow.python.estimator; TF 2.21 has none).
+MOVED_PACKAGES = {
+    "tensorflow.python.estimator": "tensorflow_estimator.python.estimator",
+}
+
+
+def module_path_entries(relative):
+  """{name: Entry} of `tensorflow.contrib.<relative>` (a MODULE_PATHS key)."""
+  module, names = MODULE_PATHS[relative]
+  entries = CONTRIB[module]
+  return dict(entries) if names is None else {name: entries[name] for name in names}
+
 
 TABLE_HEADER = "| TF1 name | compat maps to | kind | notes |"
+MODULE_TABLE_HEADER = "| TF 1 module path | the names it gives | same objects as |"
 
 
 def rows(entries=None, prefix="tf.contrib"):
@@ -448,4 +536,21 @@ def markdown_tables():
       sections.append((f"`{prefix}`", _table(rows(entries, prefix))))
   sections.append(("Whole `tf.contrib` modules TF 2 has in no form",
                    _table(rows(REFUSED_MODULES))))
+  sections.append(("Module paths", _module_table()))
   return "\n\n".join(f"### {title}\n\n{table}" for title, table in sections)
+
+
+def _module_table():
+  lines = [MODULE_TABLE_HEADER, "|---|---|---|"]
+  for name, entries in CONTRIB.items():
+    if isinstance(entries, dict):
+      lines.append(f"| `tensorflow.contrib.{name}` | all of `tf.contrib.{name}` "
+                   f"| `tf.contrib.{name}` |")
+  for relative, (module, names) in MODULE_PATHS.items():
+    given = f"all of `tf.contrib.{module}`" if names is None else ", ".join(
+        f"`{name}`" for name in names)
+    lines.append(f"| `tensorflow.contrib.{relative}` | {given} | `tf.contrib.{module}.*` |")
+  for old, new in MOVED_PACKAGES.items():
+    lines.append(f"| `{old}` and its submodules | where TensorFlow has none: the module "
+                 f"of the same path under `{new}` | `{new}` |")
+  return "\n".join(lines)

@@ -46,7 +46,7 @@ class CrossShardOptimizer(tpu_optimizer.CrossShardOptimizer):
   (gradients summed with CrossReplicaSum). Outside one, TF 2.15's class still
   emits CrossReplicaSum, which has no CPU/GPU kernel ("No OpKernel was
   registered to support Op 'CrossReplicaSum'"); this one delegates to the
-  wrapped optimizer instead and logs one warning line.
+  wrapped optimizer instead and logs one INFO line.
   """
 
   def compute_gradients(self, loss, var_list=None, **kwargs):
@@ -62,7 +62,7 @@ class CrossShardOptimizer(tpu_optimizer.CrossShardOptimizer):
     return self._opt.apply_gradients(grads_and_vars, global_step, name)
 
   def _warn_off_tpu(self):
-    _util.warn_once(
+    _util.note_once(
         "CrossShardOptimizer", "tf.contrib.tpu.CrossShardOptimizer is used "
         "outside a TPU computation: acting as the wrapped %s (no "
         "CrossReplicaSum).", type(self._opt).__name__)
@@ -102,7 +102,7 @@ def _as_metric_fn_tuple(eval_metrics):
         f"eval_metrics=(metric_fn, [labels, logits]) instead, where "
         f"metric_fn(labels, logits) returns that dict, e.g. "
         f"{{'accuracy': tf.metrics.accuracy(labels, tf.argmax(logits, 1))}}.")
-  _util.warn_once(
+  _util.note_once(
       "eval_metrics_dict", "TPUEstimatorSpec got eval_metrics as a dict of "
       "metric ops; accepted off TPU. On TPU pass (metric_fn, tensors).")
   metric_ops = dict(eval_metrics)

@@ -1,0 +1,55 @@
+"""What the first use of `estimator_tpu.compat.tf` sets up for the process: TF 1 shapes, quiet.
+
+- TF 1 TensorShape semantics: `shape[-1].value`, `tf.Dimension`, iteration
+  over Dimensions, Dimension arithmetic and comparisons, exactly as TF 1.15 had
+  them, by TensorFlow's own switch (`tf.compat.v1.disable_v2_tensorshape()`,
+  what `tf.compat.v1.disable_v2_behavior()` also does). The switch is global;
+  the library reads shapes only through `as_list()`, `rank` and
+  `is_fully_defined()`, which answer the same either way, and
+  tests/test_compat_shapes.py runs the input pipeline, model, preflight and
+  export both ways and compares.
+- Quiet: TensorFlow's deprecation messages ("... is deprecated and will be
+  removed") are silenced; a legacy program uses deprecated names by design,
+  and the message would point at wherever TF saw the call, often this package.
+- One INFO line says the layer is active.
+
+Set ESTIMATOR_TPU_COMPAT_SHAPES=v2 to keep TF 2 shapes (legacy code that
+reads `.value` then fails as it would on plain TF 2).
+"""
+
+import os
+import threading
+
+from absl import logging
+
+SHAPES_ENV = "ESTIMATOR_TPU_COMPAT_SHAPES"
+
+_lock = threading.Lock()
+_active = False
+
+
+def activate():
+  """Sets up the process for TF 1 code; only the first call does anything."""
+  global _active
+  with _lock:
+    if _active:
+      return
+    _active = True
+  import tensorflow as tf
+  from tensorflow.python.util import deprecation
+  shapes = os.environ.get(SHAPES_ENV, "v1")
+  if shapes not in ("v1", "v2"):
+    raise ValueError(f"{SHAPES_ENV}={shapes!r} is not a shape mode: use v1 (TF 1 "
+                     f"TensorShape, the default) or v2")
+  if shapes == "v1":
+    tf.compat.v1.disable_v2_tensorshape()
+  # TensorFlow's own switch, module-global like tensor_shape's; `deprecation.silence()`
+  # is the same flag as a context manager, which cannot span a whole program.
+  deprecation._PRINT_DEPRECATION_WARNINGS = False
+  logging.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "
+               "TF 1 shapes %s, deprecation messages off (docs/MIGRATING.md)",
+               tf.__version__, "on" if shapes == "v1" else "off")
+
+
+def active():
+  return _active

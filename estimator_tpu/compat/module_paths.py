@@ -1,0 +1,107 @@
+"""`import tensorflow.contrib...` and moved TF-internal paths work once compat is imported.
+
+TF 1 code imports contrib by module path as often as by attribute:
+`from tensorflow.contrib import summary`,
+`from tensorflow.contrib.tpu.python.tpu import async_checkpoint`,
+`from tensorflow.contrib.training.python.training import evaluation`. TF 2 has
+no `tensorflow.contrib` package, so these fail before the attribute mapping
+gets a chance. `ModulePathFinder` answers them from the registry:
+
+- `tensorflow.contrib` and `tensorflow.contrib.<module>` are the very
+  namespaces `tf.contrib` and `tf.contrib.<module>` of `estimator_tpu.compat.tf`;
+- each path of `registry.MODULE_PATHS` is a namespace holding the names that
+  module held in TF 1.15, resolved through the same registry entries (so
+  `async_checkpoint.AsyncCheckpointSaverHook is tf.contrib.tpu.AsyncCheckpointSaverHook`);
+- a refused or unknown path raises ImportError with the message the attribute
+  form gives;
+- `registry.MOVED_PACKAGES` paths (`tensorflow.python.estimator...`) are the
+  modules of the moved package, where TensorFlow has no module of its own.
+"""
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+
+from estimator_tpu import _moved
+from estimator_tpu.compat import _lazy
+from estimator_tpu.compat import registry
+
+CONTRIB = "tensorflow.contrib"
+
+
+def _packages_on_the_way():
+  """The intermediate package paths of MODULE_PATHS, e.g. 'tpu.python' and 'tpu.python.tpu'."""
+  packages = set()
+  for relative in registry.MODULE_PATHS:
+    parts = relative.split(".")
+    packages.update(".".join(parts[:i]) for i in range(2, len(parts)))
+  return packages - set(registry.MODULE_PATHS)
+
+
+_PACKAGES_ON_THE_WAY = _packages_on_the_way()
+
+
+def contrib_module(fullname):
+  """The namespace `fullname` (tensorflow.contrib[...]) names; None if it names no module.
+
+  Raises:
+    ImportError: a refused or unknown path, with the attribute form's message.
+  """
+  from estimator_tpu.compat import tf
+  if fullname == CONTRIB:
+    return tf.contrib
+  relative = fullname[len(CONTRIB) + 1:]
+  if relative in registry.MODULE_PATHS:
+    return _lazy.Namespace(fullname, registry.module_path_entries(relative))
+  if relative in _PACKAGES_ON_THE_WAY:
+    return _lazy.Namespace(fullname, {})
+  parent_name, _, name = fullname.rpartition(".")
+  parent = sys.modules[parent_name]  # the import system imports the parent first
+  entry = parent._entries.get(name)
+  if entry is None:
+    raise ImportError(_lazy.unknown_message(fullname))
+  if isinstance(entry, dict):
+    return getattr(parent, name)  # the attribute form's own namespace object
+  if entry.kind == _lazy.REFUSED:
+    raise ImportError(_lazy.refused_message(fullname, entry.note))
+  return None  # a class or function, not a module: Python's own error says so
+
+
+def _moved_target(fullname, path):
+  """The module a MOVED_PACKAGES path stands for, or None where TensorFlow has its own."""
+  for old, new in registry.MOVED_PACKAGES.items():
+    if fullname != old and not fullname.startswith(old + "."):
+      continue
+    parent_name = fullname.rpartition(".")[0]
+    parent = sys.modules.get(parent_name)
+    parent_is_alias = parent is not None and parent.__name__ != parent_name
+    if not parent_is_alias and importlib.machinery.PathFinder.find_spec(fullname, path):
+      return None  # TensorFlow's own module (TF 2.15's forwarding modules)
+    target = new + fullname[len(old):]
+    return target if importlib.util.find_spec(target) is not None else None
+  return None
+
+
+class ModulePathFinder(importlib.abc.MetaPathFinder):
+  """Finds tensorflow.contrib paths and MOVED_PACKAGES paths; None for anything else."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname == CONTRIB or fullname.startswith(CONTRIB + "."):
+      module = contrib_module(fullname)
+      if module is None:
+        return None
+      return importlib.util.spec_from_loader(
+          fullname, _moved.AliasLoader(lambda: module), is_package=True)
+    moved = _moved_target(fullname, path)
+    if moved is None:
+      return None
+    return importlib.util.spec_from_loader(
+        fullname, _moved.AliasLoader(lambda: importlib.import_module(moved)))
+
+
+def install():
+  """Puts the finder first: a moved package's submodule must not load twice by file path."""
+  if not any(isinstance(finder, ModulePathFinder) for finder in sys.meta_path):
+    sys.meta_path.insert(0, ModulePathFinder())
