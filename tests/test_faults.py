@@ -188,8 +188,9 @@ def _garble_index(prefix):
     (_garble_index, "its index does not read"),
 ])
 def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_older(
-    tmp_path, digits_dir, capsys, damage, reason):
-  model_dir = str(tmp_path / "damaged")
+    tmp_path, digits_dir, capsys, monkeypatch, damage, reason):
+  monkeypatch.chdir(tmp_path)
+  model_dir = "run"  # relative, as typed
   assert _train(digits_dir, model_dir, "--train_steps=4", "--steps_per_eval=2") == 0
   newest = os.path.join(model_dir, "model.ckpt-4")
   damaged_files = sorted(os.path.basename(p) for p in tf.io.gfile.glob(newest + ".*"))

@@ -41,7 +41,7 @@ def listed(model_dir):
   paths = list(state.all_model_checkpoint_paths)
   if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
     paths.append(state.model_checkpoint_path)
-  return [p if os.path.isabs(p) or "://" in p else os.path.join(model_dir, p) for p in paths]
+  return paths  # TF has joined relative entries to model_dir already
 
 
 def candidates(model_dir):
