@@ -202,7 +202,11 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_old
   assert reason in out
   assert f"moved its files to {os.path.join(model_dir, 'damaged')}/" in out
   assert "resuming from step 2" in out
-  assert sorted(os.listdir(os.path.join(model_dir, "damaged"))) == damaged_files  # kept
+  assert "1 evaluation(s) after step 2 moved to run/damaged/eval_history.jsonl" in out
+  assert sorted(os.listdir(os.path.join(model_dir, "damaged"))) == sorted(
+      damaged_files + ["eval_history.jsonl"])  # kept
+  assert [h["step"] for h in curves.read_history(os.path.join(model_dir, "damaged"))] == [4]
+  assert [h["step"] for h in curves.read_history(model_dir)] == [2, 4, 6]
   assert loop.current_step(model_dir) == 6
   assert checkpoints.problem(os.path.join(model_dir, "model.ckpt-4")) is None  # saved anew
 

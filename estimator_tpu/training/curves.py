@@ -48,6 +48,28 @@ def append_history(model_dir, record):
   storage.write_atomically(path, lines + json.dumps(record, sort_keys=True) + "\n")
 
 
+def set_aside_history_after(model_dir, step, aside_dir):
+  """Moves the evaluation records of steps after `step` to aside_dir; returns how many.
+
+  A run that resumes from an older checkpoint (a newer one was damaged) gives
+  up the steps after it; their evaluations are appended to
+  aside_dir/eval_history.jsonl rather than deleted.
+  """
+  history = read_history(model_dir)
+  later = [record for record in history if record.get("step", 0) > step]
+  if not later:
+    return 0
+  aside = os.path.join(aside_dir, HISTORY_FILE)
+  tf.io.gfile.makedirs(aside_dir)
+  previous = storage.read_text(aside) if storage.exists(aside) else ""
+  storage.write_atomically(aside, previous + "".join(
+      json.dumps(record, sort_keys=True) + "\n" for record in later))
+  storage.write_atomically(os.path.join(model_dir, HISTORY_FILE), "".join(
+      json.dumps(record, sort_keys=True) + "\n" for record in history
+      if record.get("step", 0) <= step))
+  return len(later)
+
+
 def _plot(axis, points, label, style="-"):
   if points:
     steps, values = zip(*points)

@@ -1,6 +1,7 @@
 """The hand-written loops: train, evaluate, train_and_evaluate and continuous evaluation."""
 
 import dataclasses
+import os
 import sys
 import time
 
@@ -124,7 +125,15 @@ def resume_step(model_dir, fix=True):
     ConfigError: model_dir has checkpoints but none restores.
   """
   newest = checkpoints.newest_restorable(model_dir, fix=fix, report=say)
-  return checkpoints.restored_step(newest)
+  step = checkpoints.restored_step(newest)
+  if fix:
+    # Evaluations of the steps given up belong with their checkpoints: kept aside.
+    later = curves.set_aside_history_after(
+        model_dir, step, os.path.join(model_dir, checkpoints.DAMAGED_DIR))
+    if later:
+      say(f"{later} evaluation(s) after step {step} moved to "
+          f"{os.path.join(model_dir, checkpoints.DAMAGED_DIR, curves.HISTORY_FILE)}")
+  return step
 
 
 def _evaluation_missed(model_dir, step, config):
