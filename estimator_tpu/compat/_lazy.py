@@ -5,6 +5,9 @@ import importlib
 import types
 
 MIGRATING_DOC = "docs/MIGRATING.md"
+# The estimator's TF 1 API (what tf.compat.v1.estimator was on TF 2.15): its names
+# carry no "deprecated, use tf.compat.v1..." message, unlike the TF 2 API's.
+ESTIMATOR_V1 = "tensorflow_estimator._api.v1.estimator"
 
 MAPPED = "mapped"
 REIMPLEMENTED = "re-implemented"
@@ -35,6 +38,8 @@ def load(target):
   """Imports `target` ("package.module:attr.path") and returns the object."""
   module_name, _, attr_path = target.partition(":")
   value = importlib.import_module(module_name)
+  if module_name == ESTIMATOR_V1:
+    importlib.import_module("estimator_tpu.compat.activation").quiet_api_modules(ESTIMATOR_V1)
   for part in filter(None, attr_path.split(".")):
     value = getattr(value, part)
   return value
@@ -45,8 +50,8 @@ def display_target(target):
   module_name, _, attr_path = target.partition(":")
   if module_name == "tensorflow":
     return "tf." + attr_path
-  if module_name == "tensorflow_estimator":
-    return "tf.compat.v1." + attr_path
+  if module_name == ESTIMATOR_V1:
+    return "tf.compat.v1.estimator." + attr_path
   return ".".join(filter(None, [module_name, attr_path]))
 
 
@@ -121,7 +126,9 @@ class CompatTF(types.ModuleType):
       value = Namespace("tf.contrib", self._contrib_entries)
     elif name == "estimator":
       # TF >= 2.16 has no tf.estimator: the estimator package's TF 1 namespace.
-      value = importlib.import_module("estimator_tpu.stacks").estimator
+      importlib.import_module("estimator_tpu.stacks")  # the stand-ins it needs on TF >= 2.16
+      value = importlib.import_module(ESTIMATOR_V1)
+      importlib.import_module("estimator_tpu.compat.activation").quiet_api_modules(ESTIMATOR_V1)
     else:
       value = _v1_attribute(name)
     setattr(self, name, value)

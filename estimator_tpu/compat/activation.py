@@ -9,8 +9,10 @@
   tests/test_compat_shapes.py runs the input pipeline, model, preflight and
   export both ways and compares.
 - Quiet: TensorFlow's deprecation messages ("... is deprecated and will be
-  removed") are silenced; a legacy program uses deprecated names by design,
-  and the message would point at wherever TF saw the call, often this package.
+  removed", logged by TF or warned by Keras 2's tf.layers, and "The name tf.X is
+  deprecated" of the estimator's API modules) are silenced: a legacy program
+  uses deprecated names by design, and the message would point at wherever TF
+  saw the call, often this package's loader.
 - One INFO line says the layer is active.
 
 Set ESTIMATOR_TPU_COMPAT_SHAPES=v2 to keep TF 2 shapes (legacy code that
@@ -19,10 +21,12 @@ reads `.value` then fails as it would on plain TF 2).
 
 import os
 import threading
+import warnings
 
 from absl import logging
 
 SHAPES_ENV = "ESTIMATOR_TPU_COMPAT_SHAPES"
+_KERAS_DEPRECATION = r"`tf\.[\w.]+` is deprecated and will be removed in a future version"
 
 _lock = threading.Lock()
 _active = False
@@ -46,9 +50,25 @@ def activate():
   # TensorFlow's own switch, module-global like tensor_shape's; `deprecation.silence()`
   # is the same flag as a context manager, which cannot span a whole program.
   deprecation._PRINT_DEPRECATION_WARNINGS = False
+  # Keras 2's legacy layers say the same through Python warnings, once per call site.
+  warnings.filterwarnings("ignore", message=_KERAS_DEPRECATION, category=UserWarning)
   logging.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "
                "TF 1 shapes %s, deprecation messages off (docs/MIGRATING.md)",
                tf.__version__, "on" if shapes == "v1" else "off")
+
+
+def quiet_api_modules(prefix):
+  """Turns off the "The name tf.X is deprecated" message of TF API modules under prefix.
+
+  TensorFlow's generated API modules (TFModuleWrapper) print it per module,
+  naming whoever touched the name first, which for a mapped name is this
+  package's loader; the flag is the wrapper's own.
+  """
+  import sys
+  for name, module in list(sys.modules.items()):
+    if (name == prefix or name.startswith(prefix + ".")) and hasattr(
+        module, "_tfmw_print_deprecation_warnings"):
+      module._tfmw_print_deprecation_warnings = False
 
 
 def active():

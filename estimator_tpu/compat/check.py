@@ -62,7 +62,8 @@ def _v1_status(parts):
   if not parts:
     return _lazy.MAPPED, ""
   if parts[0] == "estimator":
-    value, parts = importlib.import_module("estimator_tpu.stacks").estimator, parts[1:]
+    importlib.import_module("estimator_tpu.stacks")
+    value, parts = importlib.import_module(_lazy.ESTIMATOR_V1), parts[1:]
   else:
     value = importlib.import_module("tensorflow.compat.v1")
   for name in parts:

@@ -12,11 +12,12 @@ from estimator_tpu.compat._lazy import reimplemented
 
 _C = "estimator_tpu.compat."
 _V1_TPU = "tensorflow:compat.v1.tpu."
-_EST_TPU = "tensorflow_estimator:estimator.tpu."
+_EST_V1 = "tensorflow_estimator._api.v1.estimator:"
+_EST_TPU = _EST_V1 + "tpu."
 _DATA = "tensorflow:compat.v1.data.experimental."
 _LOOKUP_OPS = "tensorflow.python.ops.lookup_ops:"
 _SUMMARY_V2 = "tensorflow.python.ops.summary_ops_v2:"
-_EST_EXP = "tensorflow_estimator:estimator.experimental."
+_EST_EXP = _EST_V1 + "experimental."
 _SUMMARY_NOTE = ("TF-internal module tf.contrib.summary re-exported in 1.15; "
                  "records only under always_record_summaries() or "
                  "record_summaries_every_n_global_steps(); step defaults to "
@@ -323,7 +324,7 @@ ESTIMATOR = {
                     "make_early_stopping_hook", "InMemoryEvaluatorHook",
                     "build_raw_supervised_input_receiver_fn", "call_logit_fn",
                     "dnn_logit_fn_builder", "linear_logit_fn_builder")},
-    "add_metrics": mapped("tensorflow_estimator:estimator.add_metrics"),
+    "add_metrics": mapped(_EST_V1 + "add_metrics"),
     "replicate_model_fn": refused(
         "pass RunConfig(train_distribute=tf.distribute.MirroredStrategy()) "
         "to a tf.estimator.Estimator (TPUEstimator replicates by itself)"),

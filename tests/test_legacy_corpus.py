@@ -1,0 +1,216 @@
+"""examples/legacy_corpus: TF 1.15 programs, only their import line changed, run end to end on CPU.
+
+Each program runs in its own process, as a user would run it: train, evaluate,
+predict or export; then `python -m estimator_tpu.compat check` reads them all.
+"""
+
+import ast
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(REPO, "examples", "legacy_corpus")
+PROGRAMS = sorted(glob.glob(os.path.join(CORPUS, "*", "*.py")))
+COMPAT_LINE = "from estimator_tpu.compat import tf"
+BERT_CONFIG = {"vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
+               "num_attention_heads": 2, "intermediate_size": 32,
+               "max_position_embeddings": 16}
+INIT_VALUE = 0.25
+
+
+def _run(program, *args):
+  """Runs a corpus program as a script; returns its stderr (the TF log)."""
+  done = subprocess.run(
+      [sys.executable, os.path.join(CORPUS, program), *args], cwd=REPO,
+      capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+  return done.stderr
+
+
+def _results(path):
+  """`key = value` lines (BERT's eval_results.txt) as a dict of floats."""
+  with open(path) as f:
+    return {key: float(value) for key, value in
+            (line.strip().split(" = ") for line in f if line.strip())}
+
+
+def _steps(model_dir):
+  return sorted(int(p.rsplit("-", 1)[1].split(".")[0])
+                for p in glob.glob(os.path.join(model_dir, "model.ckpt-*.index")))
+
+
+def _write_init_checkpoint(path):
+  """A "pre-trained" checkpoint holding only the word embeddings, all INIT_VALUE."""
+  with tf.Graph().as_default():
+    tf.compat.v1.get_variable(
+        "bert/embeddings/word_embeddings",
+        initializer=tf.fill([BERT_CONFIG["vocab_size"], BERT_CONFIG["hidden_size"]],
+                            INIT_VALUE))
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      return tf.compat.v1.train.Saver().save(session, path)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+  root = tmp_path_factory.mktemp("bert_like")
+  config = root / "bert_config.json"
+  config.write_text(json.dumps(BERT_CONFIG))
+  init_checkpoint = _write_init_checkpoint(str(root / "pretrained" / "model.ckpt"))
+  output_dir = str(root / "output")
+  log = _run("bert_like/run_classifier.py", f"--bert_config_file={config}",
+             f"--output_dir={output_dir}", f"--init_checkpoint={init_checkpoint}",
+             "--do_train", "--do_eval", "--do_predict", "--num_train_examples=64",
+             "--train_batch_size=8", "--num_eval_examples=16", "--eval_batch_size=8",
+             "--save_checkpoints_steps=4")
+  return {"output_dir": output_dir, "log": log}
+
+
+def test_bert_like_trains_evaluates_and_predicts(bert):
+  # 64 examples / batch 8 x 1 epoch = 8 steps; a checkpoint every 4.
+  assert _steps(bert["output_dir"]) == [0, 4, 8]
+  results = _results(os.path.join(bert["output_dir"], "eval_results.txt"))
+  assert set(results) == {"eval_accuracy", "eval_loss", "global_step", "loss"}
+  assert results["global_step"] == 8 and 0.0 <= results["eval_accuracy"] <= 1.0
+  probabilities = np.loadtxt(os.path.join(bert["output_dir"], "test_results.tsv"))
+  assert probabilities.shape == (16, 2)
+  np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_bert_like_starts_from_the_init_checkpoint_through_scaffold_fn(bert):
+  newest = tf.train.latest_checkpoint(bert["output_dir"])
+  embeddings = tf.train.load_variable(newest, "bert/embeddings/word_embeddings")
+  # 8 Adam steps of at most ~1e-3 each from 0.25; a fresh init is N(0, 0.02).
+  assert embeddings.shape == (30, 16)
+  assert np.abs(embeddings - INIT_VALUE).max() < 0.02
+  assert not np.allclose(embeddings, INIT_VALUE)  # and training moved them
+  assert "name = bert/embeddings/word_embeddings:0, shape = (30, 16), *INIT_FROM_CKPT*" in (
+      bert["log"])
+  # The custom optimizer's slots are in the checkpoint under its names.
+  names = {name for name, _ in tf.train.list_variables(newest)}
+  assert "bert/embeddings/word_embeddings/adam_m" in names
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory):
+  root = tmp_path_factory.mktemp("resnet_like")
+  model_dir, export_dir = str(root / "model"), str(root / "export")
+  common = [f"--model_dir={model_dir}", "--train_steps=10", "--iterations_per_loop=5",
+            "--train_batch_size=32", "--eval_batch_size=32", "--num_eval_images=256"]
+  train_log = _run("resnet_like/resnet_main.py", "--mode=train", *common)
+  eval_log = _run("resnet_like/resnet_main.py", "--mode=eval", "--eval_timeout=3",
+                  f"--export_dir={export_dir}", *common)
+  return {"model_dir": model_dir, "export_dir": export_dir, "log": train_log + eval_log}
+
+
+def test_resnet_like_async_checkpoints_every_loop(resnet):
+  assert _steps(resnet["model_dir"]) == [0, 5, 10]
+
+
+def test_resnet_like_eval_job_evaluates_the_final_checkpoint_and_exports(resnet):
+  with open(os.path.join(resnet["model_dir"], "eval_results.txt")) as f:
+    lines = f.read().splitlines()
+  assert len(lines) == 1  # the newest checkpoint is step 10 = train_steps: loop ends
+  results = dict(item.split("=") for item in lines[0].split())
+  assert set(results) == {"global_step", "loss", "top_1_accuracy", "top_5_accuracy"}
+  assert int(results["global_step"]) == 10
+  assert 0.0 <= float(results["top_1_accuracy"]) <= float(results["top_5_accuracy"]) <= 1.0
+  assert "Evaluation finished after training step 10" in resnet["log"]
+  (version,) = os.listdir(resnet["export_dir"])
+  serve = tf.saved_model.load(os.path.join(resnet["export_dir"], version))
+  outputs = serve.signatures["classify"](tf.zeros([3, 8, 8, 3]))
+  assert outputs["probabilities"].shape == (3, 10) and outputs["classes"].shape == (3,)
+
+
+def test_resnet_like_host_call_wrote_contrib_summaries(resnet):
+  tags = set()
+  for path in glob.glob(os.path.join(resnet["model_dir"], "events.*.v2")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value)
+  assert {"loss", "learning_rate"} <= tags
+
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+  root = tmp_path_factory.mktemp("mnist_like")
+  model_dir, export_dir = str(root / "model"), str(root / "export")
+  log = _run("mnist_like/mnist_tpu.py", f"--model_dir={model_dir}",
+             f"--export_dir={export_dir}", "--train_steps=40", "--batch_size=64",
+             "--eval_steps=4", "--predict_examples=10")
+  return {"model_dir": model_dir, "export_dir": export_dir, "log": log}
+
+
+def test_mnist_like_trains_evaluates_predicts_and_exports(mnist):
+  assert _steps(mnist["model_dir"])[-1] == 40
+  results = _results(os.path.join(mnist["model_dir"], "eval_results.txt"))
+  assert set(results) == {"accuracy", "global_step", "loss"}
+  assert results["global_step"] == 40
+  predictions = np.loadtxt(os.path.join(mnist["model_dir"], "predictions.txt"))
+  assert predictions.shape == (10, 11)  # class id, then 10 probabilities
+  np.testing.assert_array_equal(predictions[:, 0], predictions[:, 1:].argmax(axis=1))
+  (version,) = os.listdir(mnist["export_dir"])
+  serve = tf.saved_model.load(os.path.join(mnist["export_dir"], version))
+  outputs = serve.signatures["classify"](image=tf.zeros([4, 8, 8]))
+  assert outputs["probabilities"].shape == (4, 10) and outputs["class_ids"].shape == (4,)
+
+
+@pytest.mark.parametrize("program", ["bert", "resnet", "mnist"])
+def test_runs_are_quiet(program, request):
+  log = request.getfixturevalue(program)["log"]
+  assert "is deprecated" not in log
+  assert not re.search(r"estimator_tpu/", log), [
+      line for line in log.splitlines() if "estimator_tpu/" in line][:5]
+  assert log.count("estimator_tpu.compat active") <= 1
+
+
+# --- the programs' source -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: os.path.relpath(p, CORPUS))
+def test_the_import_line_is_the_only_difference_from_tf_1_15(path):
+  with open(path) as f:
+    source = f.read()
+  lines = source.splitlines()
+  assert lines.count(COMPAT_LINE) == 1, path
+  assert "import tensorflow as tf" not in source
+  # Put back TF 1.15's line: nothing of this project is left in the program.
+  tf1_source = source.replace(COMPAT_LINE, "import tensorflow as tf")
+  assert "estimator_tpu" not in tf1_source
+  tree = ast.parse(tf1_source)
+  bound = [alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
+           for alias in node.names if alias.name == "tensorflow"]
+  assert bound == ["tf"]
+
+
+def test_compat_check_finds_no_unknown_or_refused_name():
+  done = subprocess.run([sys.executable, "-m", "estimator_tpu.compat", "check", *PROGRAMS],
+                        cwd=REPO, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  verdicts = [line for line in done.stdout.splitlines() if " TF names (" in line]
+  assert len(verdicts) == len(PROGRAMS)
+  for line in verdicts:
+    assert "0 refused, 0 unknown" in line and line.endswith("runs with only its import line "
+                                                            "changed"), line
+  used = done.stdout
+  main = os.path.join(CORPUS, "resnet_like", "resnet_main.py")
+  for expected in (
+      "tensorflow.contrib.summary  mapped",
+      "tensorflow.contrib.tpu.python.tpu.async_checkpoint.AsyncCheckpointSaverHook  "
+      "re-implemented",
+      "tensorflow.contrib.training.python.training.evaluation.checkpoints_iterator  mapped",
+      "tensorflow.contrib.training.python.training.evaluation.wait_for_new_checkpoint  mapped"):
+    assert re.search(rf"^{re.escape(main)}:\d+: {re.escape(expected)}", used, re.M), expected
+  assert re.search(r"bert_like/modeling.py:\d+: tf\.Dimension  mapped", used)
+  assert re.search(r"bert_like/optimization.py:\d+: tf\.train\.Optimizer  mapped", used)
+  assert re.search(r"mnist_like/mnist_tpu.py:\d+: tf\.contrib\.tpu\.CrossShardOptimizer  "
+                   r"re-implemented", used)
