@@ -229,9 +229,10 @@ TRAINING = {
     "checkpoints_iterator": mapped(
         "tensorflow:compat.v1.train.checkpoints_iterator",
         "The function TF 1.15's tf.contrib.training re-exported: yields each "
-        "new checkpoint path, at most one per min_interval_secs; after "
-        "`timeout` seconds without one it calls timeout_fn and stops if that "
-        "returns True (no timeout_fn: stops)."),
+        "new checkpoint path, at most one per min_interval_secs, polling each "
+        "second; timeout_fn is asked after each checkpoint and after `timeout` "
+        "seconds without one, and True ends the loop (no timeout_fn: a timeout "
+        "ends it)."),
     "wait_for_new_checkpoint": mapped(
         "tensorflow.python.training.checkpoint_utils:wait_for_new_checkpoint",
         "TF-internal module; same function: the newest checkpoint path other "

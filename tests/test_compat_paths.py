@@ -1,0 +1,104 @@
+"""`import tensorflow.contrib...` and `tensorflow.python.estimator...` once compat is imported."""
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from estimator_tpu import stacks
+from estimator_tpu.compat import _lazy
+from estimator_tpu.compat import registry
+from estimator_tpu.compat import tf
+
+MODULE_NAMES = [(relative, name) for relative in registry.MODULE_PATHS
+                for name, entry in registry.module_path_entries(relative).items()
+                if entry.kind != _lazy.REFUSED]
+NAMESPACES = [name for name, entries in registry.CONTRIB.items() if isinstance(entries, dict)]
+
+
+@pytest.mark.parametrize("relative,name", MODULE_NAMES)
+def test_module_path_names_are_the_attribute_forms_objects(relative, name):
+  module = importlib.import_module(f"tensorflow.contrib.{relative}")
+  namespace, _ = registry.MODULE_PATHS[relative]
+  assert getattr(module, name) is getattr(getattr(tf.contrib, namespace), name)
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES)
+def test_contrib_modules_are_the_tf_contrib_namespaces(namespace):
+  module = importlib.import_module(f"tensorflow.contrib.{namespace}")
+  assert module is getattr(tf.contrib, namespace)
+  assert importlib.import_module("tensorflow.contrib") is tf.contrib
+  assert sys.modules[f"tensorflow.contrib.{namespace}"] is module
+
+
+def test_the_reference_models_import_lines():
+  from tensorflow.contrib import cluster_resolver
+  from tensorflow.contrib import summary
+  from tensorflow.contrib.tpu.python.tpu import async_checkpoint
+  import tensorflow.contrib.tpu.python.tpu.tpu_estimator as tpu_estimator
+  from tensorflow.contrib.training.python.training import evaluation
+
+  from estimator_tpu.compat import checkpoint_hooks
+  assert summary is tf.contrib.summary and cluster_resolver is tf.contrib.cluster_resolver
+  assert async_checkpoint.AsyncCheckpointSaverHook is checkpoint_hooks.AsyncCheckpointSaverHook
+  assert tpu_estimator.TPUEstimator is stacks.estimator.tpu.TPUEstimator
+  real_tf = importlib.import_module("tensorflow")
+  assert evaluation.checkpoints_iterator is real_tf.compat.v1.train.checkpoints_iterator
+  assert evaluation.evaluate_repeatedly is tf.contrib.training.evaluate_repeatedly
+
+
+def test_moved_estimator_package_resolves_to_the_estimators_objects():
+  from tensorflow.python.estimator import estimator
+  from tensorflow.python.estimator.export import export
+  assert estimator.Estimator is stacks.estimator.Estimator
+  assert export.ServingInputReceiver is stacks.estimator.export.ServingInputReceiver
+  # One module object per file: the alias never loads tensorflow_estimator's file a second time.
+  home = importlib.import_module("tensorflow_estimator.python.estimator.estimator")
+  assert estimator.Estimator is home.Estimator
+  assert home.__spec__.name == "tensorflow_estimator.python.estimator.estimator"
+
+
+@pytest.mark.parametrize("statement,path", [
+    ("import tensorflow.contrib.foo", "tensorflow.contrib.foo"),
+    ("from tensorflow.contrib import foo", "tensorflow.contrib.foo"),
+    ("from tensorflow.contrib.tpu import NoSuchThing", "tensorflow.contrib.tpu.NoSuchThing"),
+    ("from tensorflow.contrib.tpu.python.tpu.async_checkpoint import Nope",
+     "tensorflow.contrib.tpu.python.tpu.async_checkpoint.Nope"),
+    ("import tensorflow.contrib.tpu.python.tpu.nope", "tensorflow.contrib.tpu.python.tpu.nope"),
+])
+def test_an_unknown_path_fails_with_the_attribute_forms_message(statement, path):
+  with pytest.raises(ImportError) as err:
+    exec(statement, {})
+  assert str(err.value) == _lazy.unknown_message(path)
+
+
+@pytest.mark.parametrize("statement,path,module", [
+    ("from tensorflow.contrib import slim", "tensorflow.contrib.slim", None),
+    ("import tensorflow.contrib.learn", "tensorflow.contrib.learn", None),
+    ("from tensorflow.contrib.tpu import keras_to_tpu_model",
+     "tensorflow.contrib.tpu.keras_to_tpu_model", "tpu"),
+    ("from tensorflow.contrib.tpu.python.tpu.tpu_estimator import export_estimator_savedmodel",
+     "tensorflow.contrib.tpu.python.tpu.tpu_estimator.export_estimator_savedmodel", "tpu"),
+])
+def test_a_refused_path_fails_saying_what_to_use_instead(statement, path, module):
+  leaf = path.rsplit(".", 1)[1]
+  entries = registry.CONTRIB if module is None else registry.CONTRIB[module]
+  with pytest.raises(ImportError) as err:
+    exec(statement, {})
+  assert str(err.value) == _lazy.refused_message(path, entries[leaf].note)
+  attribute_path = "tf.contrib." + (leaf if module is None else f"{module}.{leaf}")
+  with pytest.raises(AttributeError) as attribute_err:
+    getattr(tf.contrib if module is None else getattr(tf.contrib, module), leaf)
+  assert str(attribute_err.value) == str(err.value).replace(path, attribute_path)
+
+
+def test_module_paths_need_the_compat_import_and_nothing_else():
+  code = ("import importlib.util, sys\n"
+          "try:\n  import tensorflow.contrib\nexcept ImportError:\n  print('no contrib')\n"
+          "import estimator_tpu.compat\n"
+          "from tensorflow.contrib.tpu.python.tpu import async_checkpoint\n"
+          "print(async_checkpoint.AsyncCheckpointSaverHook.__module__)\n")
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin"})
+  assert done.stdout.split() == ["no", "contrib", "estimator_tpu.compat.checkpoint_hooks"]
