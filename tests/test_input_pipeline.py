@@ -85,3 +85,76 @@ def test_context_shards_files_per_host(digits_dir):
            for r in records}
   # The fixture writes 2 train shards; host 1 of 2 reads only the second.
   assert names == {"train1"}
+
+
+# --- photo-like records whose colour names their label ------------------------------------------
+
+LOW, HIGH = 60, 190
+
+
+def _class_colour(label):
+  """Class k's RGB: bit c of k sets channel c high."""
+  return [HIGH if label >> c & 1 else LOW for c in range(3)]
+
+
+def _colour_records(path, count=96, png_every=4):
+  """count 64x48 images of 8 classes, every png_every-th one a PNG; returns the labels."""
+  import io
+
+  from PIL import Image
+
+  from estimator_tpu.data import schema
+  examples, labels = [], []
+  for i in range(count):
+    label = (i * 5) % 8
+    array = np.zeros((48, 64, 3), np.uint8) + np.array(_class_colour(label), np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG" if i % png_every == 0 else "JPEG")
+    examples.append(schema.make_example(buffer.getvalue(), label, str(label), 48, 64, f"{i}"))
+    labels.append(label)
+  testing.write_records(str(path), examples)
+  return np.array(labels)
+
+
+def _decoded_classes(images):
+  from estimator_tpu.data import image_ops
+  pixels = images * np.array(image_ops.STDDEV_RGB) + np.array(image_ops.MEAN_RGB)
+  means = pixels.mean(axis=(1, 2))  # [batch, 3]
+  # Brightness moves a channel at most 32 levels: LOW stays under the midpoint, HIGH over it.
+  high = means > (LOW + HIGH) / 2
+  return (high * np.array([1, 2, 4])).sum(axis=1)
+
+
+def test_training_images_keep_their_labels_and_each_epoch_covers_every_record(tmp_path):
+  labels = _colour_records(tmp_path / "train-00000-of-00001")
+  for cache in (False, True):
+    input_fn = input_pipeline.make_input_fn(str(tmp_path / "train-*"), True, 24,
+                                            cache=cache, seed=3)
+    batches = list(input_fn({"batch_size": 16}).take(30))  # 5 epochs of 96
+    images = np.concatenate([f["image"].numpy() for f, _ in batches])
+    seen = np.concatenate([b.numpy() for _, b in batches])
+    assert images.shape == (480, 24, 24, 3) and images.dtype == np.float32
+    # Uniform colours: crops, flips and contrast keep the class pattern, so every
+    # image (JPEG or PNG) must still carry its own record's label.
+    np.testing.assert_array_equal(_decoded_classes(images), seen)
+    # Shuffled, yet each record about once per epoch (parallel maps may move a
+    # few across an epoch boundary).
+    assert not np.array_equal(seen[:96], labels)
+    counts = np.bincount(seen, minlength=8)
+    np.testing.assert_allclose(counts, 5 * np.bincount(labels, minlength=8), atol=4)
+
+
+def test_eval_batches_are_preprocess_for_eval_of_each_record_in_order(tmp_path):
+  from estimator_tpu.data import image_ops
+  from estimator_tpu.data import schema
+  labels = _colour_records(tmp_path / "validation-00000-of-00001", count=20)
+  input_fn = input_pipeline.make_input_fn(str(tmp_path / "validation-*"), False, 24,
+                                          num_examples=20, global_batch_size=8, cache=True)
+  batches = list(input_fn({"batch_size": 8}))
+  images = np.concatenate([f["image"].numpy() for f, _ in batches])[:20]
+  np.testing.assert_array_equal(np.concatenate([b.numpy() for _, b in batches])[:20], labels)
+  records = tf.data.TFRecordDataset(str(tmp_path / "validation-00000-of-00001"))
+  expected = np.stack([image_ops.preprocess_for_eval(
+      schema.parse_example(r)["image_bytes"], 24).numpy() for r in records])
+  # The evaluation input and serving share preprocess_for_eval: the same pixels.
+  np.testing.assert_allclose(images, expected, atol=1e-5)

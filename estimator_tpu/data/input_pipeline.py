@@ -86,6 +86,51 @@ def _decode(serialized):
   return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
 
 
+def _train_images(records, image_size, cache, seed):
+  """Shuffled, repeated (uint8 [image_size, image_size, 3] random crop, label) pairs.
+
+  The shuffle buffer holds serialized records, not decoded images, and each
+  JPEG decodes only its crop window. With `cache`, every image is decoded in
+  full once and cropped from memory in each epoch instead.
+  """
+  if cache:
+    dataset = records.map(_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
+    dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
+    return dataset.map(
+        lambda image, label: (image_ops.resize_crop(
+            image_ops.random_crop(image, seed), image_size), label),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+  def decode_crop(serialized):
+    parsed = schema.parse_example(serialized)
+    crop = image_ops.decode_random_crop(parsed["image_bytes"], seed)
+    return image_ops.resize_crop(crop, image_size), parsed["label"]
+
+  dataset = records.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
+  return dataset.map(decode_crop, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+
+def _augmented_batches(dataset, batch_size, random_flip, seed):
+  """Batches of uint8 crops -> ({image: augmented float32 batch}, labels)."""
+  # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
+  dataset = dataset.batch(batch_size, drop_remainder=True)
+  return dataset.map(
+      lambda images, labels: ({schema.IMAGE_KEY: image_ops.augment_batch(
+          images, random_flip=random_flip, seed=seed)}, labels),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+
+def _eval_images(records, image_size, cache):
+  """(preprocess_for_eval output, label) per record, in order: serving's preprocessing."""
+
+  def preprocess(serialized):
+    parsed = schema.parse_example(serialized)
+    return image_ops.preprocess_for_eval(parsed["image_bytes"], image_size), parsed["label"]
+
+  dataset = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+  return dataset.cache() if cache else dataset
+
+
 def host_eval_examples(num_examples, global_batch_size, num_hosts=1):
   """Examples one host feeds in evaluation: eval_steps x its share of the global batch.
 
@@ -120,7 +165,9 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
     num_examples: evaluation only: records in the set, so the pass can be
       padded to whole global batches and every record counts exactly once.
     global_batch_size: evaluation only: the batch over all shards.
-    cache: cache decoded images in memory before augmentation.
+    cache: keep images in memory after the first epoch: in training every
+      image decoded in full (each epoch then crops it without decoding), in
+      evaluation the preprocessed images.
     transpose_input: emit images as [height, width, 3, batch]; model_fn undoes
       it. None: params['transpose_input'] (False when absent).
     random_flip: training only: random left/right flips.
@@ -140,25 +187,16 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
     size = image_size or params["image_size"]
     transpose = (params.get("transpose_input", False) if transpose_input is None
                  else transpose_input)
-    dataset = _read_records(file_pattern, is_training, seed, params.get("context"))
-    dataset = dataset.map(_decode, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=not is_training)
-    if cache:
-      dataset = dataset.cache()
+    records = _read_records(file_pattern, is_training, seed, params.get("context"))
     if is_training:
-      dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
-      dataset = dataset.map(
-          lambda image, label: ({schema.IMAGE_KEY: image_ops.augment_for_train(
-              image, size, random_flip=random_flip, seed=seed)}, label),
-          num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+      dataset = _train_images(records, size, cache, seed)
+      dataset = _augmented_batches(dataset, batch_size, random_flip, seed)
     else:
-      dataset = dataset.map(
-          lambda image, label: (image_ops.resize_for_eval(image, size), label),
-          num_parallel_calls=tf.data.AUTOTUNE)
+      dataset = _eval_images(records, size, cache)
       hosts, _ = host_of(params.get("context"))
       dataset = _pad_eval(dataset, size, num_examples, global_batch_size, hosts)
-    # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
-    dataset = dataset.batch(batch_size, drop_remainder=True)
+      # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
+      dataset = dataset.batch(batch_size, drop_remainder=True)
     if transpose:
       dataset = dataset.map(
           lambda feats, labels: (
