@@ -23,6 +23,20 @@ def digits_dir(tmp_path_factory):
                                       size=IMAGE_SIZE)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _tensor_shapes_as_found():
+  """Puts back, after each test module, the TensorShape mode it started with.
+
+  The first use of estimator_tpu.compat.tf turns on TF 1 shapes for the process
+  (tests/test_compat_shapes.py shows the library does not mind); this keeps a
+  module's shapes from depending on the order the modules run in.
+  """
+  from tensorflow.python.framework import tensor_shape
+  before = tensor_shape._TENSORSHAPE_V2_OVERRIDE
+  yield
+  tensor_shape._TENSORSHAPE_V2_OVERRIDE = before
+
+
 def tiny_config(model_dir, **train):
   """A validated Config for the tiny network on the digits fixture (10 classes)."""
   settings = dict(train_steps=2, steps_per_eval=2, train_batch_size=8, summary_every_n_steps=1,
