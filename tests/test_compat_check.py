@@ -1,0 +1,122 @@
+"""python -m estimator_tpu.compat check / tables: legacy sources read, never run."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from estimator_tpu.compat import __main__ as compat_main
+from estimator_tpu.compat import check
+from estimator_tpu.compat import registry
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PROGRAM = textwrap.dedent("""\
+    import tensorflow as tf
+    import tensorflow.compat.v1 as tf1
+    from tensorflow.contrib import tpu as contrib_tpu
+    from tensorflow.contrib.tpu.python.tpu import async_checkpoint
+    from tensorflow.contrib import slim
+    from tensorflow.python.estimator import estimator
+    import tensorflow.contrib.lookup as lookup
+
+    def model_fn(features):
+      hidden = tf.layers.dense(features, 4)
+      width = hidden.shape[-1].value
+      hook = async_checkpoint.AsyncCheckpointSaverHook("dir", save_steps=1)
+      opt = contrib_tpu.CrossShardOptimizer(tf1.train.AdamOptimizer())
+      table = lookup.index_table_from_tensor(["a"])
+      tf.contrib.layers.fully_connected(hidden, 2)
+      tf.contrib.no_such_module.thing()
+      tf.not_a_v1_name(1)
+      tf.train.Optimizer.__init__
+      return estimator.Estimator, tf.contrib.tpu.TPUEstimator.export_savedmodel
+    """)
+
+
+def _check(tmp_path, source, name="program.py"):
+  path = tmp_path / name
+  path.write_text(source)
+  lines = []
+  status = check.main([str(path)], out=lines.append)
+  prefix = f"{path}:"
+  return status, [line[len(prefix):] for line in lines if line.startswith(prefix)], lines
+
+
+def test_every_name_through_every_alias_with_its_status(tmp_path):
+  status, uses, lines = _check(tmp_path, PROGRAM)
+  assert status == 1
+  assert uses == [
+      "3: tensorflow.contrib.tpu  mapped",
+      "4: tensorflow.contrib.tpu.python.tpu.async_checkpoint  mapped",
+      "5: tensorflow.contrib.slim  refused  instead: "
+      + registry.REFUSED_MODULES["slim"].note,
+      "6: tensorflow.python.estimator.estimator  mapped",
+      "7: tensorflow.contrib.lookup  mapped",
+      "10: tf.layers.dense  mapped",
+      "12: tensorflow.contrib.tpu.python.tpu.async_checkpoint.AsyncCheckpointSaverHook  "
+      "re-implemented  (estimator_tpu.compat.checkpoint_hooks.AsyncCheckpointSaverHook)",
+      "13: tensorflow.contrib.tpu.CrossShardOptimizer  re-implemented  "
+      "(estimator_tpu.compat.tpu.CrossShardOptimizer)",
+      "13: tf.train.AdamOptimizer  mapped",
+      "14: tensorflow.contrib.lookup.index_table_from_tensor  re-implemented  "
+      "(estimator_tpu.compat.lookup.index_table_from_tensor)",
+      "15: tf.contrib.layers.fully_connected  refused  instead: "
+      + registry.LAYERS["fully_connected"].note,
+      "16: tf.contrib.no_such_module.thing  unknown  (see docs/MIGRATING.md)",
+      "17: tf.not_a_v1_name  unknown  (not in tf.compat.v1 of TF "
+      + __import__("tensorflow").__version__ + ")",
+      "18: tf.train.Optimizer  mapped",  # up to the first dunder
+      "19: tensorflow.python.estimator.estimator.Estimator  mapped",
+      "19: tf.contrib.tpu.TPUEstimator.export_savedmodel  mapped",
+      " 16 TF names (9 mapped, 3 re-implemented, 2 refused, 2 unknown): needs changes "
+      "before it runs",
+  ]
+  assert len(lines) == len(uses)
+
+
+def test_the_compat_import_is_an_alias_too_and_a_clean_file_exits_0(tmp_path):
+  source = ("from estimator_tpu.compat import tf as compat\n"
+            "compat.contrib.training.checkpoints_iterator('d')\n"
+            "compat.Dimension(3).value\n")
+  status, uses, _ = _check(tmp_path, source)
+  assert status == 0
+  assert uses == ["2: tf.contrib.training.checkpoints_iterator  mapped",
+                  "3: tf.Dimension  mapped",
+                  " 2 TF names (2 mapped, 0 re-implemented, 0 refused, 0 unknown): runs with "
+                  "only its import line changed"]
+
+
+def test_files_that_cannot_be_read_are_named(tmp_path):
+  status, uses, lines = _check(tmp_path, "def broken(:\n", name="broken.py")
+  assert status == 1 and uses == ["1: cannot parse: invalid syntax"]
+  missing = str(tmp_path / "missing.py")
+  lines = []
+  assert check.main([missing], out=lines.append) == 1
+  assert lines == [f"{missing}: cannot read: No such file or directory"]
+
+
+def _module(*args):
+  return subprocess.run([sys.executable, "-m", "estimator_tpu.compat", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+def test_tables_is_the_default_command():
+  plain, tables = _module(), _module("tables")
+  assert plain.returncode == tables.returncode == 0
+  assert plain.stdout == tables.stdout == registry.markdown_tables() + "\n"
+
+
+def test_check_command_exit_status_and_usage_errors(tmp_path):
+  bad = tmp_path / "bad.py"
+  bad.write_text("import tensorflow as tf\ntf.contrib.slim.conv2d\n")
+  done = _module("check", str(bad))
+  assert done.returncode == 1
+  assert f"{bad}:2: tf.contrib.slim.conv2d  refused  instead: TF-Slim left" in done.stdout
+  usage = _module("check")
+  assert usage.returncode == 2 and "PROGRAM.py" in usage.stderr
+  with pytest.raises(SystemExit):
+    compat_main.parse_args(["lint"])
