@@ -147,10 +147,13 @@ class _Reader(ast.NodeVisitor):
       chain.append(base.attr)
       base = base.value
     if isinstance(base, ast.Name) and base.id in self.aliases:
-      chain = list(reversed(chain))
-      dunders = [i for i, name in enumerate(chain) if name.startswith("__")]
-      if dunders and dunders[0] > 0 or not dunders:
-        self._add(node, ".".join([self.aliases[base.id], *chain[:(dunders or [None])[0]]]))
+      names = []
+      for name in reversed(chain):
+        if name.startswith("__"):  # tf.train.Optimizer.__init__: the name is tf.train.Optimizer
+          break
+        names.append(name)
+      if names:
+        self._add(node, ".".join([self.aliases[base.id], *names]))
       return  # the inner attributes are prefixes of this one
     self.generic_visit(node)
 
