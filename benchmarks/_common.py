@@ -42,8 +42,8 @@ def write_digits(out_dir, jpeg_size):
 
 
 def make_config(model_dir, image_size, batch_size, iterations_per_loop,
-                train_steps=100000):
-  """A validated Config: flowers CNN, momentum at a constant learning rate.
+                train_steps=100000, model="flowers", resnet_depth=50):
+  """A validated Config: flowers CNN (or ResNet), momentum at a constant learning rate.
 
   A constant schedule makes the learning rate one number both sides share:
   base_learning_rate x batch_size / 256.
@@ -52,7 +52,7 @@ def make_config(model_dir, image_size, batch_size, iterations_per_loop,
           .replace("data", image_size=image_size, num_label_classes=NUM_CLASSES,
                    class_names=tuple(str(i) for i in range(NUM_CLASSES)),
                    random_flip=False)
-          .replace("model", model="flowers")
+          .replace("model", model=model, resnet_depth=resnet_depth)
           .replace("train", train_steps=train_steps, train_batch_size=batch_size,
                    lr_schedule="constant", seed=1,
                    save_checkpoints_steps=NO_PERIODIC_CHECKPOINTS)
@@ -66,6 +66,36 @@ def train_input_fn(config, file_pattern):
   return input_pipeline.make_input_fn(
       file_pattern, True, config.data.image_size,
       random_flip=config.data.random_flip, seed=config.train.seed or None)
+
+
+def forward_flops(params):
+  """Floating-point operations of one image's forward pass through params' network.
+
+  Counted by the TF profiler over a graph of the network at batch 1 (a
+  multiply-add is 2); training costs about 3x this (forward, two backward).
+  """
+  from estimator_tpu.training import networks
+  graph = tf.Graph()
+  with graph.as_default():
+    size = params["image_size"]
+    network = networks.build_network(params)
+    network(tf.compat.v1.placeholder(tf.float32, [1, size, size, 3]), training=False)
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+
+
+def matmul_flops_per_s(n=2048, repeats=7):
+  """The machine's float32 matmul rate: median over repeats of an n x n x n product."""
+  a = tf.random.uniform([n, n])
+  product = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, x)))
+  product(a).numpy()  # trace and warm up
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    product(a).numpy()
+    seconds.append(time.perf_counter() - start)
+  return 2 * n ** 3 / statistics.median(seconds)
 
 
 def clocks():

@@ -3,6 +3,8 @@
     python benchmarks/bench_input.py [--jpeg_size=128] [--image_size=32]
         [--batch_size=32] [--batches=200] [--train_steps=60] [--repeats=5]
         [--synthetic]
+    python benchmarks/bench_input.py --photos [--image_size=224] [--photo_count=320]
+        [--batches=40] [--repeats=5]
 
 Writes the digits as jpeg_size JPEGs with estimator_tpu.testing and measures,
 alternating the sides within each of `repeats` rounds:
@@ -22,14 +24,30 @@ Every side also reports the CPU cores it used and images per CPU second (the
 machine may be shared). The last line is one JSON object; `ratio` is input ÷
 train images/s (the input is not the bottleneck when it is >= 3) and
 `input_over_single_threaded` input ÷ single-threaded images/s.
+
+With --photos: photo_count generated 500x375 textured JPEGs (~70 KB, see
+_photos.py) cropped and resized to image_size, alternating:
+  ours: the training dataset of make_input_fn (decode of the crop window,
+    bilinear resize to uint8, one XLA pass per batch for flip, colour jitter
+    and normalization);
+  full_decode: the training input as it was before, rebuilt here: every JPEG
+    decoded in full, the decoded images shuffled, then per image crop,
+    antialiased resize, flip, brightness, contrast and normalization;
+  uint8_out: ours without the per-batch pass, i.e. the host's share if flip,
+    jitter and normalization ran on the accelerator instead;
+  ceiling: tf.io.decode_jpeg alone, parallel, over the same records (read,
+    parse, decode; nothing else).
+`ratio` is ours ÷ full_decode images/s; `ours_over_ceiling` ours ÷ ceiling.
 """
 
 import argparse
+import functools
 import os
 import tempfile
 
 # _common sets TF_CPP_MIN_LOG_LEVEL, so it comes before TensorFlow.
 import _common
+import _photos
 import tensorflow as tf
 
 from estimator_tpu.data import image_ops
@@ -106,16 +124,25 @@ def time_train(estimator, input_fn, batch_size, steps):
 def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--jpeg_size", type=int, default=128)
-  parser.add_argument("--image_size", type=int, default=32)
+  parser.add_argument("--image_size", type=int, default=None,
+                      help="default 32, or 224 with --photos")
   parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument("--batches", type=int, default=200,
-                      help="timed batches per input measurement")
+  parser.add_argument("--batches", type=int, default=None,
+                      help="timed batches per input measurement (default 200, "
+                           "40 with --photos)")
   parser.add_argument("--train_steps", type=int, default=60,
                       help="timed steps per training measurement")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--synthetic", action="store_true",
                       help="also time training on one cached batch")
+  parser.add_argument("--photos", action="store_true",
+                      help="500x375 photo JPEGs: ours vs full decode vs decode ceiling")
+  parser.add_argument("--photo_count", type=int, default=320)
   args = parser.parse_args()
+  if args.image_size is None:
+    args.image_size = 224 if args.photos else 32
+  if args.batches is None:
+    args.batches = 40 if args.photos else 200
   if args.batches <= 0 or args.train_steps <= 0:
     parser.error("--batches and --train_steps must be positive")
   return args
@@ -171,9 +198,122 @@ def summarize(runs, args, load_start):
   return result
 
 
+# --- --photos ---------------------------------------------------------------
+
+
+def _full_decode_augment(image, label, image_size, seed):
+  """The per-image training augmentation as it was before fused decoding."""
+  image = image_ops.random_crop(image, seed)
+  image = tf.image.resize(image, [image_size, image_size],
+                          method=tf.image.ResizeMethod.BILINEAR, antialias=True)
+  image = tf.image.random_flip_left_right(image, seed=seed)
+  image = image / 255.0
+  image = tf.image.random_brightness(image, image_ops.BRIGHTNESS_DELTA, seed=seed)
+  image = tf.image.random_contrast(image, *image_ops.CONTRAST_RANGE, seed=seed)
+  image = image_ops.normalize(tf.clip_by_value(image, 0.0, 1.0) * 255.0)
+  image.set_shape([image_size, image_size, 3])
+  return {schema.IMAGE_KEY: image}, label
+
+
+def _decode_record(serialized):
+  parsed = schema.parse_example(serialized)
+  return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
+
+
+def full_decode_dataset(file_pattern, image_size, batch_size, seed):
+  """The training input_fn as it was: full decode, decoded images shuffled, per-image work."""
+  records = input_pipeline._read_records(file_pattern, True, seed, None)
+  dataset = records.map(_decode_record, num_parallel_calls=tf.data.AUTOTUNE,
+                        deterministic=False)
+  dataset = dataset.shuffle(input_pipeline.SHUFFLE_BUFFER, seed=seed).repeat()
+  dataset = dataset.map(
+      functools.partial(_full_decode_augment, image_size=image_size, seed=seed),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def uint8_out_dataset(file_pattern, image_size, batch_size, seed):
+  """make_input_fn's training input without the per-batch flip/jitter/normalize pass."""
+  records = input_pipeline._read_records(file_pattern, True, seed, None)
+  dataset = input_pipeline._train_images(records, image_size, False, seed)
+  return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def ceiling_dataset(file_pattern, batch_size):
+  """tf.io.decode_jpeg alone, parallel: read, parse, decode, keep one pixel."""
+
+  def decode(serialized):
+    image = tf.io.decode_jpeg(schema.parse_example(serialized)["image_bytes"], channels=3)
+    return image[0, 0]  # the decode runs; nothing is copied after it
+
+  records = input_pipeline._read_records(file_pattern, True, None, None).repeat()
+  dataset = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def make_photo_sides(args, work_dir):
+  pattern, mean_bytes = _photos.write_photo_records(
+      os.path.join(work_dir, "photos"), count=args.photo_count)
+  size, b, seed = args.image_size, args.batch_size, 1
+  ours = input_pipeline.make_input_fn(pattern, True, size, seed=seed)({"batch_size": b})
+  datasets = {
+      "ours": ours,
+      "full_decode": full_decode_dataset(pattern, size, b, seed),
+      "uint8_out": uint8_out_dataset(pattern, size, b, seed),
+      "ceiling": ceiling_dataset(pattern, b),
+  }
+  sides = [(name, functools.partial(time_batches, dataset, args.batches, b))
+           for name, dataset in datasets.items()]
+  return sides, mean_bytes
+
+
+def summarize_photos(runs, args, load_start, mean_bytes):
+  result = {"photos": args.photo_count, "photo_size": f"{_photos.WIDTH}x{_photos.HEIGHT}",
+            "mean_jpeg_bytes": round(mean_bytes), "image_size": args.image_size,
+            "batch_size": args.batch_size, "batches": args.batches,
+            "repeats": args.repeats, "cpus": os.cpu_count(),
+            "load_average_1min_start": load_start,
+            "load_average_1min_end": _common.load_average()}
+  for side, side_runs in runs.items():
+    for key in ("images_per_s", "cores_used", "images_per_cpu_s"):
+      digits = 2 if key == "cores_used" else 1
+      result[f"{side}_{key}"] = round(_common.median(side_runs, key), digits)
+  for key in ("images_per_s", "images_per_cpu_s"):
+    suffix = "" if key == "images_per_s" else "_cpu"
+    result["ratio" + suffix] = round(result[f"ours_{key}"] / result[f"full_decode_{key}"], 3)
+    result["ours_over_ceiling" + suffix] = round(
+        result[f"ours_{key}"] / result[f"ceiling_{key}"], 3)
+    result["uint8_out_over_ceiling" + suffix] = round(
+        result[f"uint8_out_{key}"] / result[f"ceiling_{key}"], 3)
+  return result
+
+
+def main_photos(args):
+  load_start = _common.load_average()
+  with tempfile.TemporaryDirectory() as work_dir:
+    sides, mean_bytes = make_photo_sides(args, work_dir)
+    print(f"{args.photo_count} {_photos.WIDTH}x{_photos.HEIGHT} JPEGs (mean "
+          f"{mean_bytes / 1000:.1f} KB) -> {args.image_size}x{args.image_size}, batch "
+          f"{args.batch_size}; {args.batches} timed batches per run", flush=True)
+    runs = _common.alternate(sides, args.repeats, report)
+  result = summarize_photos(runs, args, load_start, mean_bytes)
+  for side in runs:
+    print(f"{side:16} median: {result[f'{side}_images_per_s']:8.1f} images/s on "
+          f"{result[f'{side}_cores_used']:.2f} cores "
+          f"({result[f'{side}_images_per_cpu_s']:.1f} per CPU second)")
+  print(f"ours/full_decode {result['ratio']:.2f} (target >= 1.8; per CPU second "
+        f"{result['ratio_cpu']:.2f}), ours/ceiling {result['ours_over_ceiling']:.2f} "
+        f"(target >= 0.7; per CPU second {result['ours_over_ceiling_cpu']:.2f}), "
+        f"uint8_out/ceiling {result['uint8_out_over_ceiling']:.2f}")
+  _common.print_json(result)
+
+
 def main():
   args = parse_args()
   _common.quiet_tf()
+  if args.photos:
+    main_photos(args)
+    return
   load_start = _common.load_average()
   with tempfile.TemporaryDirectory() as work_dir:
     sides = make_sides(args, work_dir)

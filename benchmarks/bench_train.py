@@ -2,6 +2,9 @@
 
     python benchmarks/bench_train.py [--image_size=32] [--batch_size=32]
         [--iterations_per_loop=10] [--warmup_steps=20] [--steps=120] [--repeats=5]
+    python benchmarks/bench_train.py --model=resnet [--resnet_depth=50]
+        (defaults then: --image_size=224 --batch_size=4 --iterations_per_loop=1
+        --warmup_steps=3 --steps=4)
 
 Both sides train the flowers CNN (networks.build_network) on the digits written
 by estimator_tpu.testing, fed by the project's training input_fn with the same
@@ -22,6 +25,12 @@ return) are printed too. Images per CPU second (process CPU time over the
 window) is reported beside images/s because a shared machine gives a process
 a varying share of the cores. The last line is one JSON object; `ratio` is
 estimator ÷ keras steady-state images/s, `cpu_ratio` the same per CPU second.
+
+With --model=resnet the network is the project's ResNet (networks.ResNet,
+--resnet_depth) on generated 500x375 photo records (_photos.py) at
+--image_size. Both sides also report model-FLOPs utilisation: steady images/s
+x 3 x the forward pass's FLOPs (TF profiler count) ÷ the machine's float32
+matmul rate (the better of a measurement before and one after the runs).
 """
 
 import argparse
@@ -32,6 +41,7 @@ import time
 # _common sets TF_CPP_MIN_LOG_LEVEL, so it comes before TensorFlow.
 import _args
 import _common
+import _photos
 import tensorflow as tf
 
 from estimator_tpu import stacks
@@ -104,9 +114,19 @@ def time_keras_fit(network, dataset, batch_size, warmup_steps, steps):
       timer.marks[warmup_steps + steps - 1], batch_size, (warmup_steps, steps))
 
 
+RESNET_DEFAULTS = {"image_size": 224, "batch_size": 4, "iterations_per_loop": 1,
+                   "warmup_steps": 3, "steps": 4}
+PHOTO_COUNT = 64
+
+
 def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   _args.add_training_timing(parser)
+  parser.add_argument("--model", choices=("flowers", "resnet"), default="flowers")
+  parser.add_argument("--resnet_depth", type=int, default=50)
+  known, _ = parser.parse_known_args()
+  if known.model == "resnet":
+    parser.set_defaults(**RESNET_DEFAULTS)
   return _args.check_training_timing(parser, parser.parse_args())
 
 
@@ -118,9 +138,10 @@ def report(name, repeat, figures):
         f"{figures['teardown_seconds']:.1f}s)", flush=True)
 
 
-def summarize(runs, args, load_start):
-  """Medians of both sides and their ratios."""
-  result = {"image_size": args.image_size, "batch_size": args.batch_size,
+def summarize(runs, args, load_start, flops):
+  """Medians of both sides, their ratios and model-FLOPs utilisations."""
+  forward, matmul_rate = flops
+  result = {"model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
             "iterations_per_loop": args.iterations_per_loop,
             "warmup_steps": args.warmup_steps, "steps": args.steps,
             "repeats": args.repeats, "cpus": os.cpu_count(),
@@ -137,14 +158,23 @@ def summarize(runs, args, load_start):
                               / result["keras_images_per_cpu_s"], 3)
   result["wall_ratio"] = round(result["estimator_wall_images_per_s"]
                                / result["keras_wall_images_per_s"], 3)
+  result["forward_gflops_per_image"] = round(forward / 1e9, 3)
+  result["matmul_gflops_per_s"] = round(matmul_rate / 1e9, 1)
+  for side in runs:
+    achieved = result[f"{side}_steady_images_per_s"] * 3 * forward
+    result[f"{side}_mfu"] = round(achieved / matmul_rate, 3)
   return result
 
 
 def make_sides(args, work_dir):
   """Both sides, built and run once untimed; returns the (name, fn) pairs."""
-  pattern = _common.write_digits(os.path.join(work_dir, "data"), args.image_size)
+  if args.model == "resnet":
+    pattern, _ = _photos.write_photo_records(os.path.join(work_dir, "data"), PHOTO_COUNT)
+  else:
+    pattern = _common.write_digits(os.path.join(work_dir, "data"), args.image_size)
   config = _common.make_config(os.path.join(work_dir, "model"), args.image_size,
-                               args.batch_size, args.iterations_per_loop)
+                               args.batch_size, args.iterations_per_loop,
+                               model=args.model, resnet_depth=args.resnet_depth)
   estimator = _common.build_estimator(config)
   input_fn = _common.train_input_fn(config, pattern)
   network = build_keras(config)
@@ -161,28 +191,38 @@ def make_sides(args, work_dir):
   # Untimed first calls: the first checkpoint, Keras's tracing.
   run_estimator(steps=args.iterations_per_loop)
   run_keras(steps=args.iterations_per_loop)
-  return [("estimator", run_estimator), ("keras", run_keras)]
+  return [("estimator", run_estimator), ("keras", run_keras)], config
 
 
 def main():
   args = parse_args()
   _common.quiet_tf()
   load_start = _common.load_average()
+  matmul_rate = _common.matmul_flops_per_s()
   with tempfile.TemporaryDirectory() as work_dir:
-    sides = make_sides(args, work_dir)
-    print(f"flowers CNN, {args.image_size}x{args.image_size} digits, global batch "
+    sides, config = make_sides(args, work_dir)
+    forward = _common.forward_flops(config.to_params())
+    name = (f"ResNet-{args.resnet_depth}, {args.image_size}x{args.image_size} crops of "
+            "500x375 photos" if args.model == "resnet" else
+            f"flowers CNN, {args.image_size}x{args.image_size} digits")
+    print(f"{name}, global batch "
           f"{args.batch_size}, {args.warmup_steps} warm-up + {args.steps} timed "
           f"steps per call, iterations_per_loop={args.iterations_per_loop}",
           flush=True)
     runs = _common.alternate(sides, args.repeats, report)
-  result = summarize(runs, args, load_start)
+  # The best of a measurement before and one after: the machine's rate, less the load of the moment.
+  matmul_rate = max(matmul_rate, _common.matmul_flops_per_s())
+  result = summarize(runs, args, load_start, (forward, matmul_rate))
+  print(f"forward pass {result['forward_gflops_per_image']:.2f} GFLOPs per image; "
+        f"float32 matmul {result['matmul_gflops_per_s']:.1f} GFLOP/s")
   for side in ("estimator", "keras"):
     print(f"{side:9} median: steady {result[f'{side}_steady_images_per_s']:.1f} "
           f"images/s on {result[f'{side}_cores_used']:.2f} cores "
           f"({result[f'{side}_images_per_cpu_s']:.1f} per CPU second), "
           f"wall {result[f'{side}_wall_images_per_s']:.1f} images/s, setup "
           f"{result[f'{side}_setup_seconds']:.1f}s, teardown "
-          f"{result[f'{side}_teardown_seconds']:.1f}s per call")
+          f"{result[f'{side}_teardown_seconds']:.1f}s per call, model-FLOPs "
+          f"utilisation {result[f'{side}_mfu']:.3f}")
   print(f"estimator/keras: steady {result['ratio']:.3f} (target >= 0.9), "
         f"per CPU second {result['cpu_ratio']:.3f}, wall {result['wall_ratio']:.3f}")
   _common.print_json(result)
