@@ -32,8 +32,9 @@ $(VENV)/.installed: $(LOCK) pyproject.toml
 	scripts/pip_check.sh $(PY)
 	touch $@
 
+# One pytest worker per core, at most 4 (each loads TensorFlow and its own fixtures).
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto --maxprocesses=4 tests
 
 lint: install
 	$(PY) -m ruff check .
