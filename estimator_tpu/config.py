@@ -16,6 +16,7 @@ OPTIMIZERS = ("momentum", "adam")
 LR_SCHEDULES = ("cosine", "step", "constant")
 MODES = ("train", "eval", "train_and_eval")
 STRATEGIES = ("none", "mirrored", "multi_worker")
+AUGMENT_ON = ("auto", "host", "device")
 # A re-run may change how long or how fast it trains, never what it trains.
 IDENTITY_FIELDS = (("data", "image_size"), ("data", "num_label_classes"),
                    ("model", "model"), ("model", "resnet_depth"))
@@ -86,6 +87,7 @@ class RuntimeConfig:
   eval_on_tpu: bool = True
   strategy: str = "none"
   eval_timeout_secs: int = 3600
+  augment_on: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +159,7 @@ class Config:
         "num_cores": r.num_cores,
         "use_bfloat16": r.use_bfloat16,
         "model_dir": r.model_dir,
+        "augment_on_device": augments_on_device(r),
     }
     extra = parse_hparams(m.hparams)
     clashes = sorted(set(extra) & set(params))
@@ -168,6 +171,18 @@ class Config:
 
 
 RESERVED_PARAMS = ("batch_size", "context", "use_tpu")
+
+
+def augments_on_device(runtime):
+  """True when training flips, jitters and normalizes on the accelerator, not the host.
+
+  --augment_on=auto picks the device on a TPU, whose host must decode every
+  image the cores train on and is the usual bottleneck; elsewhere the host,
+  where the work overlaps the training step instead of adding to it.
+  """
+  if runtime.augment_on == "auto":
+    return runtime.use_tpu
+  return runtime.augment_on == "device"
 
 
 def _literal(text):
@@ -218,6 +233,8 @@ def _validate_choices(config):
   _check(r.mode in MODES, f"--mode={r.mode} is not one of {', '.join(MODES)}")
   _check(r.strategy in STRATEGIES,
          f"--strategy={r.strategy} is not one of {', '.join(STRATEGIES)}")
+  _check(r.augment_on in AUGMENT_ON,
+         f"--augment_on={r.augment_on} is not one of {', '.join(AUGMENT_ON)}")
   _check(not (r.use_tpu and r.strategy != "none"),
          f"--strategy={r.strategy} is for GPUs/CPUs; on TPU leave it unset "
          "(TPUEstimator distributes over the TPU cores itself)")

@@ -62,6 +62,9 @@ HELP = {
     "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",
     "strategy": "none, mirrored (all local GPUs) or multi_worker (TF_CONFIG).",
     "eval_timeout_secs": "--mode=eval: stop after this long with no new checkpoint.",
+    "augment_on": "Where training flips, colour-jitters and normalizes: host (the input "
+                  "pipeline), device (inside the model_fn, on the accelerator) or auto "
+                  "(device with --use_tpu, else host).",
 }
 
 _DEFINERS = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,

@@ -46,8 +46,9 @@ def test_default_model_passes_on_digits_with_per_core_batch_8(digits_dir, tmp_pa
   assert result.returncode == 0, out + result.stderr[-3000:]
   assert not _lines(out, "FAIL")
   passes = "\n".join(_lines(out, "PASS"))
-  assert ("train input per core: features['image'] float32 [8, 32, 32, 3], labels int32 [8]"
-          in passes)
+  # --augment_on=auto: on a TPU the cores flip, jitter and normalize.
+  assert ("train input per core: features['augmentation'] float32 [8, 3], "
+          "features['image'] bfloat16 [8, 32, 32, 3], labels int32 [8]" in passes)
   assert "features['weight'] float32 [8]" in passes  # the eval input
   assert "compiles with XLA and runs on a real batch" in passes
   assert "CrossShardOptimizer" in passes

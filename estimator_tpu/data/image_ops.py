@@ -2,12 +2,13 @@
 
 Evaluation and serving share preprocess_for_eval, so a served model sees
 exactly what evaluation saw; random augmentation happens only in training,
-on the CPU host, never as layers inside the model.
+never as layers of the network, so an exported model never augments.
 
 Training works in two stages so the host does little per pixel: per image,
-decode only a random crop window of a JPEG and resize it to uint8
-(decode_random_crop, resize_crop); per batch, flip, colour jitter and
-normalize in one XLA-compiled pass (augment_batch).
+decode only a random crop window of a JPEG and resize it to whole pixel
+values (decode_random_crop, resize_crop); per batch, flip, colour jitter and
+normalize in one pass (apply_augmentation), XLA-compiled on the host
+(augment_batch) or run on the accelerator inside the model_fn.
 """
 
 import tensorflow as tf
@@ -116,45 +117,91 @@ def decode_random_crop(image_bytes, seed=None):
   return crop
 
 
-def resize_crop(crop, image_size):
-  """A crop -> uint8 [image_size, image_size, 3], bilinear, rounded.
+def resize_crop(crop, image_size, dtype=tf.uint8):
+  """A crop -> [image_size, image_size, 3] whole pixel values, bilinear, rounded.
 
   No antialiasing: a training crop of a photo shrinks by about 1-2x, where
   bilinear already averages the neighbouring pixels, and the antialiased
   kernel costs ~5x more CPU per image.
+
+  Args:
+    crop: uint8 [height, width, 3].
+    image_size: output side in pixels.
+    dtype: tf.uint8, or tf.bfloat16 (which holds 0..255 exactly) for a TPU,
+      whose infeed takes no uint8.
   """
   image = tf.image.resize(crop, [image_size, image_size],
                           method=tf.image.ResizeMethod.BILINEAR, antialias=False)
   # Bilinear weights sum to 1, so a uint8 input stays within 0..255.
-  image = tf.cast(image + 0.5, tf.uint8)
+  image = tf.cast(tf.floor(image + 0.5), dtype)
   image.set_shape([image_size, image_size, 3])
   return image
 
 
-@tf.function(jit_compile=True)
-def _jitter_and_normalize(images, uniforms, random_flip):
-  """augment_batch's pixel work, fused by XLA into one pass over the batch."""
-  images = tf.cast(images, tf.float32)
-  if random_flip:
-    flip = tf.reshape(uniforms[:, 0] < 0.5, [-1, 1, 1, 1])
-    images = tf.where(flip, tf.reverse(images, [2]), images)
-  delta = tf.reshape((2.0 * uniforms[:, 1] - 1.0) * BRIGHTNESS_DELTA * 255.0, [-1, 1, 1, 1])
+def draw_augmentation(batch_size, random_flip=True, seed=None):
+  """Each image's random flip, brightness delta and contrast factor.
+
+  Drawn as tf.image.random_* draw them: flip with probability 0.5, delta
+  uniform within +-BRIGHTNESS_DELTA of the 0..1 range, factor uniform in
+  CONTRAST_RANGE.
+
+  Args:
+    batch_size: images in the batch (a Python int or a scalar tensor).
+    random_flip: False: no image is flipped.
+    seed: op-level seed for reproducible draws, or None.
+
+  Returns:
+    float32 [batch_size, 3]: flip (1.0 or 0.0), delta on the 0..255 scale,
+    contrast factor; what apply_augmentation takes.
+  """
+  # A stateful draw (varies per call) seeds the stateless draws.
+  key = tf.random.uniform([2], 0, _INT32_MAX, dtype=tf.int32, seed=seed)
+  uniforms = tf.random.stateless_uniform([batch_size, 3], key)
+  flip = tf.cast(uniforms[:, 0] < 0.5, tf.float32) if random_flip else tf.zeros_like(
+      uniforms[:, 0])
+  delta = (2.0 * uniforms[:, 1] - 1.0) * BRIGHTNESS_DELTA * 255.0
   low, high = CONTRAST_RANGE
-  factor = tf.reshape(low + (high - low) * uniforms[:, 2], [-1, 1, 1, 1])
+  factor = low + (high - low) * uniforms[:, 2]
+  return tf.stack([flip, delta, factor], axis=1)
+
+
+def apply_augmentation(images, augmentation, hwcn=False):
+  """Flip, brightness, contrast, clipping and normalization of a batch.
+
+  Pure tensor math with static shapes: it runs in the host's input pipeline
+  (augment_batch) or on the accelerator (training/device_augmentation.py).
+
+  Args:
+    images: [batch, height, width, 3] (or [height, width, 3, batch] with
+      hwcn) of any real or integer dtype, values on the 0..255 scale.
+    augmentation: float32 [batch, 3] from draw_augmentation.
+    hwcn: images are in the transposed [height, width, 3, batch] layout.
+
+  Returns:
+    Normalized float32 images in the layout they came in.
+  """
+  images = tf.cast(images, tf.float32)
+  per_image = [1, 1, 1, -1] if hwcn else [-1, 1, 1, 1]
+  width_axis, spatial_axes = ([1], [0, 1]) if hwcn else ([2], [1, 2])
+  channels = [1, 1, 3, 1] if hwcn else [1, 1, 1, 3]
+  flip = tf.reshape(augmentation[:, 0] > 0.5, per_image)
+  images = tf.where(flip, tf.reverse(images, width_axis), images)
   # tf.image.adjust_brightness then adjust_contrast (about each image's
   # per-channel mean), then clipping to the pixel range, as augment_for_train did.
-  images = images + delta
-  mean = tf.reduce_mean(images, axis=[1, 2], keepdims=True)
+  images = images + tf.reshape(augmentation[:, 1], per_image)
+  mean = tf.reduce_mean(images, axis=spatial_axes, keepdims=True)
+  factor = tf.reshape(augmentation[:, 2], per_image)
   images = tf.clip_by_value((images - mean) * factor + mean, 0.0, 255.0)
-  return (images - tf.constant(MEAN_RGB)) / tf.constant(STDDEV_RGB)
+  return ((images - tf.reshape(tf.constant(MEAN_RGB), channels))
+          / tf.reshape(tf.constant(STDDEV_RGB), channels))
+
+
+# XLA fuses the pixel work into one pass over the batch on the host.
+_apply_augmentation_compiled = tf.function(apply_augmentation, jit_compile=True)
 
 
 def augment_batch(images, random_flip=True, seed=None):
   """Random flip, brightness and contrast, then normalization, of a batch.
-
-  Each image gets its own flip (p=0.5), brightness delta (uniform within
-  +-BRIGHTNESS_DELTA of the 0..1 range) and contrast factor (uniform in
-  CONTRAST_RANGE), as tf.image.random_* draw them.
 
   Args:
     images: uint8 [batch, height, width, 3] (static height and width).
@@ -164,10 +211,8 @@ def augment_batch(images, random_flip=True, seed=None):
   Returns:
     Normalized float32 [batch, height, width, 3].
   """
-  # A stateful draw (varies per call) seeds the stateless draws XLA compiles.
-  key = tf.random.uniform([2], 0, _INT32_MAX, dtype=tf.int32, seed=seed)
-  uniforms = tf.random.stateless_uniform([tf.shape(images)[0], 3], key)
-  return _jitter_and_normalize(images, uniforms, bool(random_flip))
+  augmentation = draw_augmentation(tf.shape(images)[0], random_flip, seed)
+  return _apply_augmentation_compiled(images, augmentation)
 
 
 def augment_for_train(image, image_size, random_flip=True, seed=None):

@@ -86,8 +86,8 @@ def _decode(serialized):
   return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
 
 
-def _train_images(records, image_size, cache, seed):
-  """Shuffled, repeated (uint8 [image_size, image_size, 3] random crop, label) pairs.
+def _train_images(records, image_size, cache, seed, dtype=tf.uint8):
+  """Shuffled, repeated ([image_size, image_size, 3] random crop of dtype, label) pairs.
 
   The shuffle buffer holds serialized records, not decoded images, and each
   JPEG decodes only its crop window. With `cache`, every image is decoded in
@@ -98,13 +98,13 @@ def _train_images(records, image_size, cache, seed):
     dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
     return dataset.map(
         lambda image, label: (image_ops.resize_crop(
-            image_ops.random_crop(image, seed), image_size), label),
+            image_ops.random_crop(image, seed), image_size, dtype), label),
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
 
   def decode_crop(serialized):
     parsed = schema.parse_example(serialized)
     crop = image_ops.decode_random_crop(parsed["image_bytes"], seed)
-    return image_ops.resize_crop(crop, image_size), parsed["label"]
+    return image_ops.resize_crop(crop, image_size, dtype), parsed["label"]
 
   dataset = records.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
   return dataset.map(decode_crop, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
@@ -117,6 +117,21 @@ def _augmented_batches(dataset, batch_size, random_flip, seed):
   return dataset.map(
       lambda images, labels: ({schema.IMAGE_KEY: image_ops.augment_batch(
           images, random_flip=random_flip, seed=seed)}, labels),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+
+def _batches_to_augment_on_device(dataset, batch_size, random_flip, seed):
+  """Batches of bfloat16 crops -> ({image: the crops, augmentation: draws}, labels).
+
+  The host only draws each image's flip, brightness and contrast (a few
+  numbers); device_augmentation applies them inside the model_fn.
+  """
+  dataset = dataset.batch(batch_size, drop_remainder=True)
+  return dataset.map(
+      lambda images, labels: ({
+          schema.IMAGE_KEY: images,
+          schema.AUGMENTATION_KEY: image_ops.draw_augmentation(
+              batch_size, random_flip=random_flip, seed=seed)}, labels),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
 
 
@@ -154,7 +169,7 @@ def _pad_eval(dataset, image_size, num_examples, global_batch_size, num_hosts=1)
 
 def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
                   global_batch_size=None, cache=False, transpose_input=None,
-                  random_flip=True, seed=None):
+                  random_flip=True, seed=None, augment_on_device=None):
   """Builds the input_fn TPUEstimator calls with params['batch_size'] per shard.
 
   Args:
@@ -172,11 +187,17 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
       it. None: params['transpose_input'] (False when absent).
     random_flip: training only: random left/right flips.
     seed: seed for file order, shuffling and augmentation (None: random).
+    augment_on_device: training only: leave flip, colour jitter and
+      normalization to the model_fn's accelerator (features then hold
+      bfloat16 pixel values 0..255 and `augmentation`, which the estimators
+      of training/tpu_estimator.py apply before the model_fn sees them).
+      None: params['augment_on_device'] (False when absent).
 
   Returns:
     input_fn(params) -> tf.data.Dataset of (features, labels). Features is a
     dict: `image` float32 [batch, image_size, image_size, 3] (or transposed)
-    and, in evaluation, `weight` float32 [batch] (0 for padding). Labels are
+    and, in evaluation, `weight` float32 [batch] (0 for padding); training on
+    the device: `image` bfloat16 and `augmentation` float32 [batch, 3]. Labels are
     int32 [batch], 0-based. Every shape is fully static.
   """
   if not is_training and (num_examples is None or global_batch_size is None):
@@ -187,8 +208,13 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
     size = image_size or params["image_size"]
     transpose = (params.get("transpose_input", False) if transpose_input is None
                  else transpose_input)
+    on_device = (params.get("augment_on_device", False) if augment_on_device is None
+                 else augment_on_device)
     records = _read_records(file_pattern, is_training, seed, params.get("context"))
-    if is_training:
+    if is_training and on_device:
+      dataset = _train_images(records, size, cache, seed, tf.bfloat16)
+      dataset = _batches_to_augment_on_device(dataset, batch_size, random_flip, seed)
+    elif is_training:
       dataset = _train_images(records, size, cache, seed)
       dataset = _augmented_batches(dataset, batch_size, random_flip, seed)
     else:

@@ -26,6 +26,10 @@ LABEL_OFFSET = 1
 # (0 for the padding that keeps shapes static).
 IMAGE_KEY = "image"
 WEIGHT_KEY = "weight"
+# Training with augmentation on the accelerator: each image's flip, brightness
+# and contrast draws, float32 [batch, 3], applied and removed before the
+# model_fn sees the features (training/device_augmentation.py).
+AUGMENTATION_KEY = "augmentation"
 
 
 def _bytes(value):

@@ -19,6 +19,7 @@ from tensorflow.python.tpu.ops import tpu_ops
 from tensorflow_estimator.python.estimator.tpu import error_handling
 
 from estimator_tpu import stacks
+from estimator_tpu.training import device_augmentation
 from estimator_tpu.training import strategy_estimator
 
 ModeKeys = stacks.ModeKeys
@@ -177,7 +178,9 @@ def _build_step(model_fn, input_fn, params, mode):
 
   def step(*tensors):
     features, labels = tf.nest.pack_sequence_as(structure, list(tensors))
-    spec = strategy_estimator.call_model_fn(model_fn, features, labels, mode, params)
+    # The estimators run every model_fn behind device_augmentation.wrap.
+    spec = strategy_estimator.call_model_fn(
+        device_augmentation.wrap(model_fn), features, labels, mode, params)
     after = [spec.train_op] if mode == ModeKeys.TRAIN else _eval_tensors(spec)
     with tf.control_dependencies(after):
       return tf.identity(spec.loss)

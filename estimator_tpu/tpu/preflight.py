@@ -256,7 +256,9 @@ def run_checks(config, model_fn, train_input_fn, eval_input_fn=None, train_patte
     train_pattern: the training files, named in the pod check's findings.
   """
   t, r = config.train, config.runtime
-  params = estimator_lib.build_params(config, config.data.class_names)
+  # The params a TPU run gets (--augment_on=auto augments on the device there).
+  params = estimator_lib.build_params(config.replace("runtime", use_tpu=True),
+                                      config.data.class_names)
   train_params = dict(params, batch_size=per_core_batch(t.train_batch_size, r.num_cores))
   findings = check_batches(config)
   findings += check_input("train input", train_input_fn, train_params)
