@@ -7,6 +7,7 @@ stays cheap and imports no TensorFlow):
     make_input_fn              the TPUEstimator input_fn over preprocess.py's records
     model_fn                   the TPUEstimator model_fn (flowers CNN, ResNet, tiny)
     build_estimator            TPUEstimator, or an Estimator under a tf.distribute strategy
+    with_device_augmentation   model_fn -> model_fn that applies --augment_on=device draws first
     train_and_evaluate         the train/eval/checkpoint loop train.py runs
     export_saved_model         checkpoint -> SavedModel for TF Serving (JPEG bytes in)
     preflight                  on CPU: would this config run on a TPU? (a list of findings)
@@ -42,6 +43,8 @@ _PUBLIC = {
     "make_input_fn": "estimator_tpu.data.input_pipeline:make_input_fn",
     "model_fn": "estimator_tpu.training.model_fn:model_fn",
     "build_estimator": "estimator_tpu.training.tpu_estimator:build_estimator",
+    "with_device_augmentation":
+        "estimator_tpu.training.device_augmentation:with_device_augmentation",
     "train_and_evaluate": "estimator_tpu.training.loop:train_and_evaluate",
     "export_saved_model": "estimator_tpu.export.saved_model:export_saved_model",
     "preflight": "estimator_tpu.tpu.preflight:run_checks",

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import estimator_tpu
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import stacks
@@ -101,7 +102,7 @@ def test_the_wrapper_gives_the_model_fn_what_the_host_would_have(digits_dir, tra
     seen.update(features)
     return "spec"
 
-  wrapped = device_augmentation.wrap(model_fn)
+  wrapped = estimator_tpu.with_device_augmentation(model_fn)  # the public name
   params = {"transpose_input": transpose}
   assert wrapped(features, labels, ModeKeys.TRAIN, params, None) == "spec"
   assert list(seen) == [schema.IMAGE_KEY]
@@ -127,8 +128,9 @@ def test_the_wrapper_passes_config_only_to_a_model_fn_that_names_it():
   def without(features, mode, params):
     calls.append(("without", mode))
 
-  device_augmentation.wrap(with_config)({}, None, ModeKeys.EVAL, {}, "run config")
-  device_augmentation.wrap(without)({}, None, ModeKeys.PREDICT, {}, "run config")
+  wrap = device_augmentation.with_device_augmentation
+  wrap(with_config)({}, None, ModeKeys.EVAL, {}, "run config")
+  wrap(without)({}, None, ModeKeys.PREDICT, {}, "run config")
   assert calls == [("with", "run config"), ("without", ModeKeys.PREDICT)]
 
 

@@ -178,9 +178,9 @@ def _build_step(model_fn, input_fn, params, mode):
 
   def step(*tensors):
     features, labels = tf.nest.pack_sequence_as(structure, list(tensors))
-    # The estimators run every model_fn behind device_augmentation.wrap.
+    # The estimators run every model_fn behind device_augmentation.with_device_augmentation.
     spec = strategy_estimator.call_model_fn(
-        device_augmentation.wrap(model_fn), features, labels, mode, params)
+        device_augmentation.with_device_augmentation(model_fn), features, labels, mode, params)
     after = [spec.train_op] if mode == ModeKeys.TRAIN else _eval_tensors(spec)
     with tf.control_dependencies(after):
       return tf.identity(spec.loss)

@@ -39,7 +39,7 @@ def augment_features(features, mode, params):
   return features
 
 
-def wrap(model_fn):
+def with_device_augmentation(model_fn):
   """model_fn' that applies augment_features, then calls model_fn with the arguments it names.
 
   Wrapping twice is harmless: the inner wrapper finds no draws left.

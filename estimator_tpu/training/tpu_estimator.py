@@ -71,7 +71,8 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
       (num_label_classes set).
     class_names: names in label order, for the `class` prediction (off TPU).
     model_fn: the TPUEstimator model_fn to run; with --augment_on=device it
-      runs behind device_augmentation.wrap and still gets normalized images.
+      runs behind device_augmentation.with_device_augmentation and still
+      gets normalized images.
     resolver_fn: see build_run_config.
 
   Raises:
@@ -82,7 +83,7 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
   if r.use_bfloat16 and not r.use_tpu:
     log.warning("--use_bfloat16 applies only on TPU; computing in float32 here")
   params = build_params(config, class_names)
-  model_fn = device_augmentation.wrap(model_fn)
+  model_fn = device_augmentation.with_device_augmentation(model_fn)
   warm_start = t.warm_start_from or None
   if r.strategy != "none":
     return strategy_estimator.build_distributed_estimator(config, params, model_fn)
