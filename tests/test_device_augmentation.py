@@ -67,14 +67,16 @@ def test_draws_follow_the_flip_setting():
   assert 0.8 <= with_flips[:, 2].min() < 0.82 and 1.18 < with_flips[:, 2].max() <= 1.2
 
 
-def _device_batch(digits_dir, transpose=False):
+def _device_batch(digits_dir, transpose=False, cache=False):
   input_fn = input_pipeline.make_input_fn(f"{digits_dir}/train-*", True, IMAGE_SIZE, seed=3,
-                                          transpose_input=transpose, augment_on_device=True)
+                                          cache=cache, transpose_input=transpose,
+                                          augment_on_device=True)
   return next(iter(input_fn({"batch_size": 8})))
 
 
-def test_device_input_feeds_whole_bfloat16_pixels_and_draws(digits_dir):
-  features, labels = _device_batch(digits_dir)
+@pytest.mark.parametrize("cache", [False, True])
+def test_device_input_feeds_whole_bfloat16_pixels_and_draws(digits_dir, cache):
+  features, labels = _device_batch(digits_dir, cache=cache)
   assert sorted(features) == [schema.AUGMENTATION_KEY, schema.IMAGE_KEY]
   images = features[schema.IMAGE_KEY]
   assert images.dtype == tf.bfloat16 and images.shape == (8, IMAGE_SIZE, IMAGE_SIZE, 3)
