@@ -37,6 +37,18 @@ def _tensor_shapes_as_found():
   tensor_shape._TENSORSHAPE_V2_OVERRIDE = before
 
 
+def summary_tags(model_dir):
+  """The tags of every summary in model_dir's host_call event files (*.v2)."""
+  import glob
+
+  import tensorflow as tf
+  tags = set()
+  for path in glob.glob(os.path.join(model_dir, "events.*.v2")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value)
+  return tags
+
+
 def tiny_config(model_dir, **train):
   """A validated Config for the tiny network on the digits fixture (10 classes)."""
   settings = dict(train_steps=2, steps_per_eval=2, train_batch_size=8, summary_every_n_steps=1,

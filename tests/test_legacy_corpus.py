@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 
+from conftest import summary_tags
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -132,11 +133,7 @@ def test_resnet_like_eval_job_evaluates_the_final_checkpoint_and_exports(resnet)
 
 
 def test_resnet_like_host_call_wrote_contrib_summaries(resnet):
-  tags = set()
-  for path in glob.glob(os.path.join(resnet["model_dir"], "events.*.v2")):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      tags.update(value.tag for value in event.summary.value)
-  assert {"loss", "learning_rate"} <= tags
+  assert {"loss", "learning_rate"} <= summary_tags(resnet["model_dir"])
 
 
 @pytest.fixture(scope="module")

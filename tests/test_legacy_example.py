@@ -4,6 +4,7 @@ import ast
 import glob
 import os
 
+from conftest import summary_tags
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -66,11 +67,7 @@ def test_export_savedmodel_loads_and_predicts_jpegs(run):
 
 
 def test_host_call_wrote_contrib_summaries(run):
-  tags = set()
-  for path in glob.glob(os.path.join(run["model_dir"], "events.*.v2")):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      tags.update(value.tag for value in event.summary.value)
-  assert {"host_loss", "learning_rate"} <= tags
+  assert {"host_loss", "learning_rate"} <= summary_tags(run["model_dir"])
 
 
 def test_input_fn_batches_have_static_shapes(run):
