@@ -7,14 +7,16 @@
 Re-running the same command resumes from the last checkpoint in --model_dir.
 """
 
+import functools
 import os
 
-# Before TensorFlow is imported: its C++ start-up chatter is not for the user.
+# Before TensorFlow is imported: its C++ start-up chatter is not for the user
+# (the lines absl writes before this applies: estimator_tpu.tf_startup, which
+# importing estimator_tpu installs; so no TensorFlow import comes before it).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app
 from absl import flags
-import tensorflow as tf
 
 from estimator_tpu import cli
 from estimator_tpu import config as config_lib
@@ -39,8 +41,12 @@ def define_entry_flags(flag_values=FLAGS):
                     flag_values=flag_values)
 
 
-def run(flag_values):
-  """Runs --mode (or --preflight); returns the process exit status."""
+def run(flag_values, exit_at_once=False):
+  """Runs --mode (or --preflight); returns the process exit status.
+
+  With exit_at_once (the command line), a stop on SIGTERM/SIGINT exits the
+  process as soon as what the resume needs is on disk (cli.exit_now).
+  """
   checking = "preflight" in flag_values and flag_values["preflight"].value
   try:
     config, saved = flags_lib.config_for_model_dir(flag_values)
@@ -59,16 +65,17 @@ def run(flag_values):
            f"{info.num_classes} classes, {info.num_eval_examples} eval images, "
            f"{'' if strategy == 'none' else f'--strategy={strategy}, '}"
            f"model_dir={config.runtime.model_dir}")
-  return _run_guarded(config, info, estimator)
+  return _run_guarded(config, info, estimator, exit_at_once)
 
 
-def _run_guarded(config, info, estimator):
+def _run_guarded(config, info, estimator, exit_at_once):
   """Runs the loop and the export; a signal, a full disk or a dead store end it in one line."""
   model_dir, export_dir = config.runtime.model_dir, config.runtime.export_dir
   measure = checkpoints.MeasureHook()
   directory, flag = model_dir, "--model_dir"
+  on_stop = _exit_when_saved(model_dir, config.runtime.mode) if exit_at_once else None
   try:
-    with preemption.Watch() as watch:
+    with preemption.Watch(on_stop=on_stop) as watch:
       inputs = loop.make_inputs(config, info)
       if config.runtime.mode == "eval":
         loop.continuous_evaluate(estimator, config, inputs, watch=watch)
@@ -76,11 +83,15 @@ def _run_guarded(config, info, estimator):
         loop.train_and_evaluate(estimator, config, inputs, watch=watch, hooks=[measure],
                                 evaluate_each=config.runtime.mode == "train_and_eval")
       if export_dir:
+        loop.stop_if_preempted(watch, model_dir)
         directory, flag = export_dir, "--export_dir"
-        path = saved_model.export_saved_model(estimator, export_dir)
+        with watch.interrupting(preemption.EXPORTING):  # staged: nothing half-written stays
+          path = saved_model.export_saved_model(estimator, export_dir)
         loop.say(f"exported SavedModel to {path}")
   except preemption.Preempted as e:
-    loop.say(_preempted_line(e, config.runtime.mode))
+    loop.say(_preempted_line(e, config.runtime.mode, model_dir))
+    if exit_at_once:
+      cli.exit_now(cli.EXIT_RETRY)
     return cli.EXIT_RETRY
   except config_lib.ConfigError as e:
     return cli.fail(PROGRAM, str(e), cli.EXIT_USAGE)
@@ -97,7 +108,24 @@ def _run_guarded(config, info, estimator):
   return 0
 
 
-def _preempted_line(error, mode):
+def _exit_when_saved(model_dir, mode):
+  """A preemption.Watch's on_stop: once the step in flight is saved, the line, then exit 75."""
+
+  def on_stop(signal_name, step):
+    newest = checkpoints.newest(model_dir)
+    saved = checkpoints.restored_step(newest)
+    if step is not None and saved != step:
+      return  # not saved yet (no checkpoint saver in this process): stop the ordinary way
+    loop.say(_preempted_line(preemption.Preempted(signal_name, saved, newest), mode, model_dir))
+    cli.exit_now(cli.EXIT_RETRY)
+
+  return on_stop
+
+
+def _preempted_line(error, mode, model_dir):
+  if error.during == preemption.EXPORTING:
+    return (f"preempted ({error.signal_name}) while exporting; training is complete in "
+            f"{model_dir}: run the same command to export")
   if mode == "eval":
     return (f"preempted ({error.signal_name}) while evaluating; the evaluations so far are "
             "in eval_history.jsonl; run the same command to go on")
@@ -108,12 +136,12 @@ def _preempted_line(error, mode):
 
 
 def _newest_checkpoint_bytes(model_dir):
-  newest = tf.train.latest_checkpoint(model_dir)
+  newest = checkpoints.newest(model_dir)
   return checkpoints.checkpoint_bytes(newest) if newest else None
 
 
 def _resume_hint(model_dir):
-  newest = tf.train.latest_checkpoint(model_dir)
+  newest = checkpoints.newest(model_dir)
   if not newest:
     return "; free space, then run the same command"
   return (f"; the newest checkpoint, step {checkpoints.restored_step(newest)}, is intact: "
@@ -125,7 +153,7 @@ def main():
   cli.quiet_tensorflow()
   flags_lib.define_flags()
   define_entry_flags()
-  app.run(cli.make_main(PROGRAM, run, FLAGS))
+  app.run(cli.make_main(PROGRAM, functools.partial(run, exit_at_once=True), FLAGS))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ Importing the package also prepares TensorFlow for TPUEstimator code, whatever
 was imported first: on TF >= 2.16 `tf.keras` means Keras 2 (tf-keras), which
 TensorFlow reads when `tf.keras` is first used, and the four TF-internal
 modules the estimator imports are served by estimator_tpu.tf_standins where
-TensorFlow lacks them. Neither imports TensorFlow.
+TensorFlow lacks them. If TensorFlow is imported after it, TensorFlow's C++
+start-up lines stay off stderr (estimator_tpu.tf_startup). None of these
+imports TensorFlow.
 """
 
 import importlib
@@ -31,7 +33,9 @@ if importlib.util.find_spec("tf_keras") is not None:
 
 from estimator_tpu import _moved  # noqa: E402 -- after the Keras switch, before TensorFlow
 from estimator_tpu import tf_standins  # noqa: E402
+from estimator_tpu import tf_startup  # noqa: E402
 
+tf_startup.install()
 tf_standins.install()
 _moved.install()
 

@@ -1,11 +1,11 @@
 """What every entry point shares: TensorFlow kept quiet, and absl's main with argument checks."""
 
 import logging
+import os
 import sys
 
-import tensorflow as tf
-
 from estimator_tpu import storage
+from estimator_tpu import tf_logger
 
 EXIT_USAGE = 2
 # sysexits.h: EX_IOERR (the user must act: free space) and EX_TEMPFAIL
@@ -19,9 +19,11 @@ def quiet_tensorflow():
   """Keeps TF's and absl's INFO chatter out of what the user reads.
 
   TF's C++ logs obey TF_CPP_MIN_LOG_LEVEL, which entry points set before
-  importing TensorFlow.
+  importing TensorFlow; the lines TF writes before that applies are kept off
+  stderr by estimator_tpu.tf_startup. A TF record that does get through (an
+  ERROR) prints once.
   """
-  tf.get_logger().setLevel(logging.ERROR)
+  tf_logger.print_once().setLevel(logging.ERROR)
   logging.getLogger("estimator_tpu").setLevel(logging.WARNING)
   from absl import logging as absl_logging
   absl_logging.set_verbosity(absl_logging.WARNING)
@@ -37,6 +39,22 @@ def make_main(program, run, flag_values):
     return run(flag_values)
 
   return main
+
+
+def exit_now(status):
+  """Ends the process with status at once, once its output is flushed.
+
+  For a stop on a signal, which a VM follows with a kill ~30 s later: by now
+  what the resume needs is on disk, and closing the session (tf.data's
+  threads) and TensorFlow's teardown can take seconds of that. Pending
+  summary events are written first.
+  """
+  from tensorflow.python.summary.writer import writer_cache
+  writer_cache.FileWriterCache.clear()  # flushes and closes the cached event writers
+  logging.shutdown()
+  for stream in (sys.stdout, sys.stderr):
+    stream.flush()
+  os._exit(status)
 
 
 def storage_failure(error, directory, flag, needed_bytes=None):

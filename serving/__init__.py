@@ -7,6 +7,12 @@ only what a deployment names: the model's name on the server and its ports.
 import os
 import re
 
+from estimator_tpu import tf_startup
+
+# Before serving.predict and serving.client import TensorFlow: its C++ start-up
+# lines stay off stderr.
+tf_startup.install()
+
 MODEL_NAME = "image_classifier"
 REST_PORT = 8501
 GRPC_PORT = 8500

@@ -15,6 +15,17 @@ NUM_EVAL = 37
 IMAGE_SIZE = 32
 
 
+def program_env(**extra):
+  """The environment of a program whose output a test reads: that of an AVX-512/AMX host.
+
+  TF_ENABLE_ONEDNN_OPTS=1 makes TensorFlow print, on any x86 CPU, the C++
+  start-up lines TF 2.21 prints by default on CPUs with AVX-512 or AMX (most
+  current cloud VMs): a test that read the output without it would pass only
+  on hosts like the one it was written on.
+  """
+  return dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", **extra)
+
+
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory):
   """preprocess.py's layout: 200 train and 37 validation 32x32 digit JPEGs, 10 classes."""

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+from conftest import program_env
 import pytest
 
 from estimator_tpu.compat import __main__ as compat_main
@@ -101,7 +102,7 @@ def test_files_that_cannot_be_read_are_named(tmp_path):
 def _module(*args):
   return subprocess.run([sys.executable, "-m", "estimator_tpu.compat", *args], cwd=REPO,
                         capture_output=True, text=True, timeout=120,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                        env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
 
 
 def test_tables_is_the_default_command():

@@ -13,6 +13,7 @@ import sys
 
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import program_env
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -34,8 +35,8 @@ from estimator_tpu.training import tpu_estimator
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 LEGACY_PROGRAM = """
-from absl import logging
-logging.set_verbosity(logging.INFO)
+import logging
+logging.getLogger("tensorflow").setLevel(logging.INFO)  # tf.logging.set_verbosity(INFO)
 from estimator_tpu.compat import tf
 with tf.Graph().as_default():
   x = tf.placeholder(tf.float32, [None, 5, 3])
@@ -59,7 +60,7 @@ with tf.Graph().as_default():
 def _run_legacy(**env):
   done = subprocess.run([sys.executable, "-c", LEGACY_PROGRAM], cwd=REPO, capture_output=True,
                         text=True, timeout=120,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env))
+                        env=program_env(TF_CPP_MIN_LOG_LEVEL="3", **env))
   return done
 
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+from conftest import program_env
 import numpy as np
 from PIL import Image
 
@@ -42,8 +43,9 @@ def test_command_line_writes_and_refuses_tiny_sizes(tmp_path):
   cmd = [sys.executable, "-m", "estimator_tpu.data.digits", "digits",
          str(tmp_path / "out")]
   done = subprocess.run(cmd + ["--limit=10"], capture_output=True, text=True,
-                        check=True)
+                        check=True, env=program_env())
   assert "wrote 10 digit JPEGs (32x32)" in done.stdout
-  refused = subprocess.run(cmd + ["--size=4"], capture_output=True, text=True)
+  refused = subprocess.run(cmd + ["--size=4"], capture_output=True, text=True,
+                           env=program_env())
   assert refused.returncode == 2 and "--size=4 must be at least 8" in (
       refused.stderr)

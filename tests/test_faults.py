@@ -11,6 +11,7 @@ import time
 
 from absl import flags
 from conftest import IMAGE_SIZE
+from conftest import program_env
 from conftest import tiny_config
 import pytest
 import small_disk
@@ -20,6 +21,7 @@ from estimator_tpu import cli
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import storage
+from estimator_tpu.export import saved_model
 from estimator_tpu.training import assemble
 from estimator_tpu.training import checkpoints
 from estimator_tpu.training import curves
@@ -30,7 +32,7 @@ import train
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
         "--eval_batch_size=8", "--norandom_flip", "--seed=1"]
-PROGRAM_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+PROGRAM_ENV = program_env(TF_CPP_MIN_LOG_LEVEL="3")
 
 
 def _flags(*args):
@@ -159,6 +161,79 @@ def test_sigterm_while_waiting_for_checkpoints_stops_eval_mode(tmp_path, trained
   assert status == cli.EXIT_RETRY
   assert time.time() - began < 60
   assert "preempted (SIGTERM) while evaluating" in capsys.readouterr().out
+
+
+class _Stopped(Exception):
+  """What a test's on_stop raises where the command line would exit."""
+
+
+def _recording_on_stop(model_dir, calls):
+  """An on_stop that records (signal, step, newest checkpoint's step on disk), then stops."""
+
+  def on_stop(signal_name, step):
+    newest = tf.train.latest_checkpoint(model_dir)
+    calls.append((signal_name, step, checkpoints.restored_step(newest)))
+    raise _Stopped()
+
+  return on_stop
+
+
+def _loop_under_watch(config, info, hooks, calls):
+  estimator = assemble.build(config)
+  inputs = loop.make_inputs(config, info)
+  on_stop = _recording_on_stop(config.runtime.model_dir, calls)
+  with preemption.Watch(on_stop=on_stop) as watch, pytest.raises(_Stopped):
+    loop.train_and_evaluate(estimator, config, inputs, watch=watch, hooks=hooks)
+
+
+def test_a_stop_in_training_hands_over_once_the_step_in_flight_is_on_disk(tmp_path, digits_dir):
+  config, info = assemble.prepare(
+      tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000).replace(
+          "data", data_dir=digits_dir), None, need_train=True, need_eval=True)
+  calls = []
+  _loop_under_watch(config, info, [_SignalAt(at=3)], calls)
+  # Handed over with the step just saved, which is the newest checkpoint on disk.
+  assert len(calls) == 1
+  signal_name, step, on_disk = calls[0]
+  assert signal_name == "SIGTERM" and 3 <= step <= 4 and on_disk == step
+
+
+def test_a_stop_in_evaluation_hands_over_at_once_and_writes_no_eval_summary(tmp_path, digits_dir):
+  config, info = assemble.prepare(
+      tiny_config(str(tmp_path / "m"), train_steps=6, steps_per_eval=3).replace(
+          "data", data_dir=digits_dir), None, need_train=True, need_eval=True)
+  calls = []
+  _loop_under_watch(config, info, [_SignalAt(evaluating=True)], calls)
+  assert calls == [("SIGTERM", None, 3)]  # nothing to save: step 3 is on disk
+  model_dir = config.runtime.model_dir
+  assert curves.read_history(model_dir) == []
+  assert tf.io.gfile.glob(os.path.join(model_dir, "eval", "events.*")) == []
+
+
+def test_sigterm_while_exporting_leaves_no_version_and_the_same_command_exports(
+    tmp_path, trained_model_dir, digits_dir, monkeypatch, capsys):
+  model_dir = shutil.copytree(trained_model_dir, str(tmp_path / "model"))
+  export_dir = str(tmp_path / "export")
+  writes = []
+  real_write = saved_model.warmup.write_warmup_requests
+
+  def write_then_signal(*args, **kwargs):
+    real_write(*args, **kwargs)
+    writes.append(1)
+    os.kill(os.getpid(), signal.SIGTERM)  # half-way: the version is staged, not published
+
+  monkeypatch.setattr(saved_model.warmup, "write_warmup_requests", write_then_signal)
+  args = [f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=4",
+          "--steps_per_eval=4", f"--export_dir={export_dir}"]
+  assert train.run(_flags(*args)) == cli.EXIT_RETRY
+  assert writes == [1]
+  assert os.listdir(export_dir) == []  # no version, no staging directory
+  assert (f"preempted (SIGTERM) while exporting; training is complete in {model_dir}: run the "
+          "same command to export") in capsys.readouterr().out
+  monkeypatch.setattr(saved_model.warmup, "write_warmup_requests", real_write)
+  assert train.run(_flags(*args)) == 0
+  assert [name for name in os.listdir(export_dir) if name.isdigit()] == os.listdir(export_dir)
+  assert len(os.listdir(export_dir)) == 1
 
 
 def test_second_sigint_interrupts_at_once():

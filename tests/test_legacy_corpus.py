@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 
+from conftest import program_env
 from conftest import summary_tags
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def _run(program, *args):
   done = subprocess.run(
       [sys.executable, os.path.join(CORPUS, program), *args], cwd=REPO,
       capture_output=True, text=True, timeout=300,
-      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+      env=program_env(TF_CPP_MIN_LOG_LEVEL="2"))
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
   return done.stderr
 
@@ -191,7 +192,7 @@ def test_the_import_line_is_the_only_difference_from_tf_1_15(path):
 def test_compat_check_finds_no_unknown_or_refused_name():
   done = subprocess.run([sys.executable, "-m", "estimator_tpu.compat", "check", *PROGRAMS],
                         cwd=REPO, capture_output=True, text=True, timeout=120,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                        env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   verdicts = [line for line in done.stdout.splitlines() if " TF names (" in line]
   assert len(verdicts) == len(PROGRAMS)

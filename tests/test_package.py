@@ -5,6 +5,7 @@ import subprocess
 import sys
 import warnings
 
+from conftest import program_env
 import pytest
 
 import estimator_tpu
@@ -47,7 +48,7 @@ def test_old_module_path_warns_and_gives_the_new_module():
 def test_old_digits_command_still_runs(tmp_path):
   done = subprocess.run([sys.executable, "-m", "estimator_tpu.datasets", "digits", str(tmp_path),
                          "--limit=20"],
-                        capture_output=True, text=True, cwd=REPO, timeout=300)
+                        capture_output=True, text=True, cwd=REPO, timeout=300, env=program_env())
   assert done.returncode == 0, done.stderr
   assert "moved to estimator_tpu.data.digits" in done.stderr
   assert len(list(tmp_path.glob("*/*.jpg"))) == 20
@@ -63,7 +64,7 @@ def test_installed_commands_list_their_flags(command, help_flag, code, says, tmp
   path = os.path.join(BIN, command)
   assert os.path.exists(path), f"{path}: run make install (pip install -e .)"
   done = subprocess.run([path, help_flag], capture_output=True, text=True, timeout=300,
-                        cwd=str(tmp_path), env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                        cwd=str(tmp_path), env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
   assert done.returncode == code, done.stderr
   for flag in says:
     assert flag in done.stdout + done.stderr

@@ -6,6 +6,7 @@ import sys
 
 from absl import flags
 from conftest import IMAGE_SIZE
+from conftest import program_env
 from conftest import tiny_config
 import preflight_models
 import tensorflow as tf
@@ -41,7 +42,7 @@ def test_default_model_passes_on_digits_with_per_core_batch_8(digits_dir, tmp_pa
        f"--model_dir={model_dir}", "--use_tpu", f"--image_size={IMAGE_SIZE}",
        "--train_batch_size=64", "--eval_batch_size=64"],
       cwd=REPO_DIR, capture_output=True, text=True, timeout=120,
-      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+      env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
   out = result.stdout
   assert result.returncode == 0, out + result.stderr[-3000:]
   assert not _lines(out, "FAIL")

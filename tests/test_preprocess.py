@@ -7,6 +7,7 @@ import sys
 
 from absl import flags
 import conftest
+from conftest import program_env
 import pytest
 import tensorflow as tf
 
@@ -20,7 +21,7 @@ PREPROCESS = os.path.join(ROOT, "preprocess.py")
 def _start(*args):
   return subprocess.Popen([sys.executable, PREPROCESS, *args], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+                          text=True, env=program_env())
 
 
 def _finish(proc):

@@ -227,7 +227,7 @@ def test_train_mode_makes_one_train_call_to_train_steps(tmp_path):
   calls = []
 
   class RecordingEstimator:
-    def train(self, input_fn, max_steps, hooks=None):
+    def train(self, input_fn, max_steps, hooks=None, saving_listeners=None):
       calls.append(max_steps)
 
   config = tiny_config(tmp_path, train_steps=10, steps_per_eval=3)

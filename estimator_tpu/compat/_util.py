@@ -2,12 +2,13 @@
 
 INFO, not WARNING: the behaviour they describe is what a legacy program asked
 for (a CPU run of TPU code), so a default run stays quiet; a program that sets
-`tf.logging.set_verbosity(tf.logging.INFO)`, as TF 1 programs did, sees each once.
+`tf.logging.set_verbosity(tf.logging.INFO)`, as TF 1 programs did, sees each once,
+on TensorFlow's logger and in its format, among the program's own records.
 """
 
 import threading
 
-from absl import logging
+from estimator_tpu import tf_logger
 
 _noted = set()
 _lock = threading.Lock()
@@ -19,4 +20,4 @@ def note_once(key, message, *args):
     if key in _noted:
       return
     _noted.add(key)
-  logging.info(message, *args)
+  tf_logger.info(message, *args)

@@ -13,6 +13,8 @@
   deprecated" of the estimator's API modules) are silenced: a legacy program
   uses deprecated names by design, and the message would point at wherever TF
   saw the call, often this package's loader.
+- One line per log record: TensorFlow's records print once, through its own
+  handler (estimator_tpu.tf_logger), not again through absl's or a root handler.
 - One INFO line says the layer is active.
 
 Set ESTIMATOR_TPU_COMPAT_SHAPES=v2 to keep TF 2 shapes (legacy code that
@@ -23,7 +25,7 @@ import os
 import threading
 import warnings
 
-from absl import logging
+from estimator_tpu import tf_logger
 
 SHAPES_ENV = "ESTIMATOR_TPU_COMPAT_SHAPES"
 _KERAS_DEPRECATION = r"`tf\.[\w.]+` is deprecated and will be removed in a future version"
@@ -50,9 +52,10 @@ def activate():
   # TensorFlow's own switch, module-global like tensor_shape's; `deprecation.silence()`
   # is the same flag as a context manager, which cannot span a whole program.
   deprecation._PRINT_DEPRECATION_WARNINGS = False
+  tf_logger.print_once()
   # Keras 2's legacy layers say the same through Python warnings, once per call site.
   warnings.filterwarnings("ignore", message=_KERAS_DEPRECATION, category=UserWarning)
-  logging.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "
+  tf_logger.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "
                "TF 1 shapes %s, deprecation messages off (docs/MIGRATING.md)",
                tf.__version__, "on" if shapes == "v1" else "off")
 

@@ -8,8 +8,9 @@ regularizers keep TF 1's formulas (which differ from tf.keras' in constants).
 import math
 import numbers
 
-from absl import logging
 import tensorflow as tf
+
+from estimator_tpu import tf_logger
 
 v1 = tf.compat.v1
 
@@ -137,7 +138,7 @@ def _regularizer(scale, scope, default_name, penalty):
     if scale < 0.0:
       raise ValueError(f"Setting a scale less than 0 on a regularizer: {scale}.")
     if scale == 0.0:
-      logging.info("Scale of 0 disables regularizer.")
+      tf_logger.info("Scale of 0 disables regularizer.")
       return lambda _: None
 
   def regularize(weights):

@@ -4,6 +4,7 @@ import math
 
 import tensorflow as tf
 
+from estimator_tpu import tf_startup
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import schema
 
@@ -112,6 +113,7 @@ def _train_images(records, image_size, cache, seed, dtype=tf.uint8):
 
 def _augmented_batches(dataset, batch_size, random_flip, seed):
   """Batches of uint8 crops -> ({image: augmented float32 batch}, labels)."""
+  tf_startup.quiet_first_xla_compile()  # augment_batch is XLA-compiled
   # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
   dataset = dataset.batch(batch_size, drop_remainder=True)
   return dataset.map(

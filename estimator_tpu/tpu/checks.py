@@ -19,6 +19,7 @@ from tensorflow.python.tpu.ops import tpu_ops
 from tensorflow_estimator.python.estimator.tpu import error_handling
 
 from estimator_tpu import stacks
+from estimator_tpu import tf_startup
 from estimator_tpu.training import device_augmentation
 from estimator_tpu.training import strategy_estimator
 
@@ -185,6 +186,7 @@ def _build_step(model_fn, input_fn, params, mode):
     with tf.control_dependencies(after):
       return tf.identity(spec.loss)
 
+  tf_startup.quiet_first_xla_compile()
   (loss,) = xla.compile(step, inputs=tf.nest.flatten(structure))
   return loss
 

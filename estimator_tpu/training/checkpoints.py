@@ -44,6 +44,11 @@ def listed(model_dir):
   return paths  # TF has joined relative entries to model_dir already
 
 
+def newest(model_dir):
+  """The prefix of the newest checkpoint the state file names, or None."""
+  return tf.train.latest_checkpoint(model_dir)
+
+
 def candidates(model_dir):
   """Every checkpoint prefix in model_dir, newest step first.
 

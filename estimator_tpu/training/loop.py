@@ -79,9 +79,15 @@ def _format_metrics(results):
 
 
 def evaluate(estimator, inputs, checkpoint_path=None, hooks=None):
-  """One exact pass over the eval set; returns {metric: float}, including global_step."""
-  results = estimator.evaluate(inputs.eval_input_fn, steps=inputs.eval_steps,
-                               checkpoint_path=checkpoint_path, hooks=hooks)
+  """One exact pass over the eval set; returns {metric: float}, including global_step.
+
+  Returns None when a preemption.Watch's eval hook among hooks cut it short.
+  """
+  try:
+    results = estimator.evaluate(inputs.eval_input_fn, steps=inputs.eval_steps,
+                                 checkpoint_path=checkpoint_path, hooks=hooks)
+  except preemption.EvaluationStopped:
+    return None
   return {k: float(v) if k != "global_step" else int(v) for k, v in results.items()}
 
 
@@ -102,13 +108,16 @@ def record_evaluation(model_dir, results, train_steps, extra=None):
   return record
 
 
-def _stop_if_preempted(watch, model_dir):
-  """Raises Preempted naming the checkpoint the run's stop saved (when a signal came)."""
+def stop_if_preempted(watch, model_dir):
+  """Raises Preempted naming the checkpoint the run's stop saved (when a signal came).
+
+  Only what the resume needs is done by then: the learning curves are drawn
+  again at the next evaluation.
+  """
   if not watch.requested:
     return
-  checkpoint = tf.train.latest_checkpoint(model_dir)
-  if curves.read_history(model_dir):
-    curves.write_learning_curves(model_dir)
+  watch.stopped()
+  checkpoint = checkpoints.newest(model_dir)
   raise preemption.Preempted(watch.signal_name, checkpoints.restored_step(checkpoint),
                              checkpoint)
 
@@ -167,7 +176,7 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True, watch=None
   """
   t, r = config.train, config.runtime
   watch = watch or preemption.Watch()
-  hooks = [watch.hook(), *hooks]
+  train_hooks, eval_hooks = [watch.hook(), *hooks], [watch.eval_hook(), *hooks]
   step = resume_step(r.model_dir, fix=strategy_estimator.writes_checkpoints(r))
   if step:
     say(f"resuming from step {step} in {r.model_dir}")
@@ -178,25 +187,26 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True, watch=None
   results = {"global_step": step}
   evaluating = evaluate_each and inputs.eval_input_fn
   if evaluating and _evaluation_missed(r.model_dir, step, config):
-    results = evaluate(estimator, inputs, hooks=hooks)
-    _stop_if_preempted(watch, r.model_dir)
+    results = evaluate(estimator, inputs, hooks=eval_hooks)
+    stop_if_preempted(watch, r.model_dir)
     record_evaluation(r.model_dir, results, t.train_steps)
   while step < t.train_steps:
-    _stop_if_preempted(watch, r.model_dir)
+    stop_if_preempted(watch, r.model_dir)
     # Without evaluation one train() call runs to the end: every call rebuilds the
     # graph (and on a TPU recompiles it). Checkpoints keep their cadence either way.
     target = min(step + t.steps_per_eval, t.train_steps) if evaluating else t.train_steps
     began = time.time()
-    estimator.train(inputs.train_input_fn, max_steps=target, hooks=hooks)
-    _stop_if_preempted(watch, r.model_dir)
+    estimator.train(inputs.train_input_fn, max_steps=target, hooks=train_hooks,
+                    saving_listeners=[watch.listener()])
+    stop_if_preempted(watch, r.model_dir)
     seconds = time.time() - began
     rate = (target - step) * t.train_batch_size / max(seconds, 1e-9)
     step = target
     if not evaluating:
       say(f"step {step}/{t.train_steps} | {rate:.0f} img/s")
       continue
-    results = evaluate(estimator, inputs, hooks=hooks)
-    _stop_if_preempted(watch, r.model_dir)  # a cut-short evaluation is not recorded
+    results = evaluate(estimator, inputs, hooks=eval_hooks)
+    stop_if_preempted(watch, r.model_dir)  # a cut-short evaluation is not recorded
     elapsed = time.time() - start
     eta = elapsed / (step - start_step) * (t.train_steps - step)
     record_evaluation(r.model_dir, results, t.train_steps, {
@@ -217,7 +227,7 @@ def continuous_evaluate(estimator, config, inputs, watch=None, hooks=()):
   """
   t, r = config.train, config.runtime
   watch = watch or preemption.Watch()
-  hooks = [watch.hook(), *hooks]
+  hooks = [watch.eval_hook(), *hooks]
   results = {}
   waited_since = [time.time()]
 
@@ -236,11 +246,11 @@ def continuous_evaluate(estimator, config, inputs, watch=None, hooks=()):
     except tf.errors.NotFoundError:
       say(f"checkpoint {path} was deleted before it could be evaluated; waiting for the next")
       continue
-    _stop_if_preempted(watch, r.model_dir)
+    stop_if_preempted(watch, r.model_dir)
     record_evaluation(r.model_dir, results, t.train_steps)
     if results["global_step"] >= t.train_steps:
       return results
     waited_since[0] = time.time()
-  _stop_if_preempted(watch, r.model_dir)
+  stop_if_preempted(watch, r.model_dir)
   say(f"no new checkpoint in {r.model_dir} for {r.eval_timeout_secs}s; stopping")
   return results
