@@ -17,7 +17,7 @@ DEMO := demo_output$(if $(filter current,$(STACK)),,-$(STACK))
 # Keep TensorFlow's C++ log noise out of what the user reads.
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: demo test lint install clean
+.PHONY: demo demo-run test lint install clean
 
 install: $(VENV)/.installed
 
@@ -41,12 +41,19 @@ lint: install
 
 # The whole workflow on the bundled digits: JPEG folders -> Beam -> TFRecords ->
 # TPUEstimator on CPU (exact eval each 200 steps) -> SavedModel -> batch predictions.
+# `demo-run` is the same without the install (tests run it short, with their own PY and DEMO).
+DEMO_STEPS ?= 800
+DEMO_EVAL_STEPS ?= 200
+DEMO_LIMIT ?=
 demo: install
+	@$(MAKE) --no-print-directory demo-run
+
+demo-run:
 	rm -rf $(DEMO)
-	$(PY) -m estimator_tpu.data.digits digits $(DEMO)/images
+	$(PY) -m estimator_tpu.data.digits digits $(DEMO)/images $(if $(DEMO_LIMIT),--limit=$(DEMO_LIMIT))
 	$(PY) preprocess.py --input_dir=$(DEMO)/images --output_dir=$(DEMO)/data
 	$(PY) train.py --data_dir=$(DEMO)/data --model_dir=$(DEMO)/model \
-	  --image_size=32 --norandom_flip --train_steps=800 --steps_per_eval=200 \
+	  --image_size=32 --norandom_flip --train_steps=$(DEMO_STEPS) --steps_per_eval=$(DEMO_EVAL_STEPS) \
 	  --train_batch_size=64 --eval_batch_size=64 --export_dir=$(DEMO)/export
 	$(PY) -m serving.predict --saved_model=$(DEMO)/export \
 	  --input='$(DEMO)/data/validation-*' --output=$(DEMO)/predictions.csv

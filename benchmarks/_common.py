@@ -15,6 +15,10 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
   sys.path.insert(0, _ROOT)
 
+from estimator_tpu import tf_startup  # before TensorFlow: keeps its start-up lines off stderr
+
+tf_startup.install()
+
 import tensorflow as tf
 
 from estimator_tpu import config as config_lib

@@ -1,6 +1,6 @@
 """How long train.py takes to exit after SIGTERM, at random moments of a run, on loaded cores.
 
-    .venv/bin/python benchmarks/bench_preemption.py [--signals=10] [--seed=1]   # ~4 min on 2 cores
+    .venv/bin/python benchmarks/bench_preemption.py [--signals=10] [--seed=1]  # ~8 min, 2 cores
 
 A preemptible VM (and a TPU VM) sends SIGTERM and kills about 30 s later. Each
 round starts `train.py` (the flowers CNN on 32x32 digits, as `make demo` runs
