@@ -72,8 +72,8 @@ def test_every_name_through_every_alias_with_its_status(tmp_path):
       "18: tf.train.Optimizer  mapped",  # up to the first dunder
       "19: tensorflow.python.estimator.estimator.Estimator  mapped",
       "19: tf.contrib.tpu.TPUEstimator.export_savedmodel  mapped",
-      " 16 TF names (9 mapped, 3 re-implemented, 2 refused, 2 unknown): needs changes "
-      "before it runs",
+      " 16 TF names (9 mapped, 3 re-implemented, 2 refused, 2 unknown, 0 adapted), TF 1 code "
+      "(for `from estimator_tpu.compat import tf`): needs changes before it runs",
   ]
   assert len(lines) == len(uses)
 
@@ -86,8 +86,76 @@ def test_the_compat_import_is_an_alias_too_and_a_clean_file_exits_0(tmp_path):
   assert status == 0
   assert uses == ["2: tf.contrib.training.checkpoints_iterator  mapped",
                   "3: tf.Dimension  mapped",
-                  " 2 TF names (2 mapped, 0 re-implemented, 0 refused, 0 unknown): runs with "
-                  "only its import line changed"]
+                  " 2 TF names (2 mapped, 0 re-implemented, 0 refused, 0 unknown, 0 adapted), "
+                  "TF 1 code (for `from estimator_tpu.compat import tf`): runs with only its "
+                  "import line changed"]
+
+
+TF2_PROGRAM = textwrap.dedent("""\
+    import tensorflow as tf
+
+    def build(columns, model_dir):
+      estimator = tf.estimator.DNNClassifier(
+          hidden_units=[8], feature_columns=columns, model_dir=model_dir,
+          optimizer=tf.keras.optimizers.legacy.Adagrad(0.1))
+      spec = tf.feature_column.make_parse_example_spec(columns)
+      return estimator, tf.estimator.export.build_parsing_serving_input_receiver_fn(spec)
+
+    def serve(path):
+      return tf.saved_model.load(path).signatures["predict"]
+    """)
+
+
+def test_a_tf_2_program_is_checked_against_the_tf2_entry_point(tmp_path):
+  status, uses, _ = _check(tmp_path, TF2_PROGRAM)
+  assert status == 0
+  assert uses[-1] == (" 5 TF names (5 mapped, 0 re-implemented, 0 refused, 0 unknown, 0 adapted), "
+                      "a TF 2 program (for `from estimator_tpu.compat import tf2 as tf`): runs "
+                      "with only its import line changed")
+  # A name only TF 1 had makes it TF 1 code, checked as such.
+  status, uses, _ = _check(tmp_path, TF2_PROGRAM + "x = tf.placeholder(tf.float32)\n")
+  assert uses[-1].endswith("TF 1 code (for `from estimator_tpu.compat import tf`): runs with "
+                           "only its import line changed"), uses[-1]
+  # The estimator's boosted trees are gone on every stack: refused, with what to use instead.
+  status, uses, _ = _check(tmp_path, "from estimator_tpu.compat import tf2 as tf\n"
+                                     "tf.estimator.BoostedTreesClassifier\n")
+  assert status == 1
+  assert uses[0].startswith("2: tf.estimator.BoostedTreesClassifier  refused  instead: ")
+  assert "TensorFlow Decision Forests" in uses[0]
+
+
+def test_real_modules_subclass_hooks_and_flagged_branches_are_told_as_they_are(tmp_path):
+  source = textwrap.dedent("""\
+      import tensorflow as tf
+      from tensorflow.core.protobuf import rewriter_config_pb2
+      from tensorflow.contrib.tpu.python.tpu import tpu_function
+
+      class CrossReplicaBatchNorm(tf.layers.BatchNormalization):
+        def _moments(self, inputs, reduction_axes, keep_dims):
+          return tpu_function.get_tpu_context()
+
+      class Padded(tf.keras.layers.Conv1D):
+        def _compute_causal_padding(self):
+          return [[0, 0], [2, 0], [0, 0]]
+
+      def reader(use_bigtable):
+        if use_bigtable:
+          return tf.contrib.cloud.BigtableClient("project", "instance")
+        return tf.data.TFRecordDataset("train.tfrecord")
+      """)
+  status, uses, _ = _check(tmp_path, source)
+  assert status == 0  # the refused name sits behind a flag
+  assert "2: tensorflow.core.protobuf.rewriter_config_pb2  mapped" in uses
+  assert "3: tensorflow.contrib.tpu.python.tpu.tpu_function  mapped" in uses
+  assert ("6: CrossReplicaBatchNorm._moments (tf.layers.BatchNormalization)  adapted  (TF 1 "
+          "signature; Keras now passes mask=, which estimator_tpu.compat drops for it "
+          "(layer_hooks))") in uses
+  assert any(use.startswith("10: Padded._compute_causal_padding (tf.keras.layers.Conv1D)  "
+                            "adapted  (TF 1 signature; Keras now passes inputs,") for use in uses)
+  assert ("15: tf.contrib.cloud.BigtableClient  refused  instead: "
+          + registry.REFUSED_MODULES["cloud"].note + "  [only under `if use_bigtable`]") in uses
+  assert uses[-1].endswith("runs with only its import line changed as long as it takes no "
+                           "branch under `use_bigtable` (line 15)"), uses[-1]
 
 
 def test_files_that_cannot_be_read_are_named(tmp_path):

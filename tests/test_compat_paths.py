@@ -1,6 +1,7 @@
 """`import tensorflow.contrib...` and `tensorflow.python.estimator...` once compat is imported."""
 
 import importlib
+import importlib.util
 import subprocess
 import sys
 
@@ -70,7 +71,65 @@ def test_moved_estimator_package_resolves_to_the_estimators_objects():
 def test_an_unknown_path_fails_with_the_attribute_forms_message(statement, path):
   with pytest.raises(ImportError) as err:
     exec(statement, {})
-  assert str(err.value) == _lazy.unknown_message(path)
+  homes = registry.rule_homes(path[len("tensorflow.contrib."):])
+  tried = f" (TF 2 has no {' or '.join(homes)})" if homes else ""
+  assert str(err.value) == _lazy.unknown_message(path) + tried
+
+
+# One path per MODULE_RULES row (TF 1.15 module, a name it held): the same object in TF 2.
+RULE_EXAMPLES = {
+    "tpu.python.tpu": ("tpu_function", "get_tpu_context", "tensorflow.python.tpu.tpu_function"),
+    "cluster_resolver.python.training": (
+        "cluster_resolver", "SimpleClusterResolver",
+        "tensorflow.python.distribute.cluster_resolver.cluster_resolver"),
+    "data.python.ops": ("readers", "make_csv_dataset",
+                        "tensorflow.python.data.experimental.ops.readers"),
+    "distribute.python": ("mirrored_strategy", "MirroredStrategy",
+                          "tensorflow.python.distribute.mirrored_strategy"),
+    "estimator.python.estimator": ("early_stopping", "stop_if_no_increase_hook",
+                                   "tensorflow_estimator.python.estimator.early_stopping"),
+}
+
+
+def test_every_module_rule_has_an_example():
+  assert set(RULE_EXAMPLES) == set(registry.MODULE_RULES)
+
+
+@pytest.mark.parametrize("prefix", sorted(registry.MODULE_RULES))
+def test_each_module_rule_gives_tf_2s_module_on_the_installed_tensorflow(prefix):
+  module_name, name, home = RULE_EXAMPLES[prefix]
+  assert any(importlib.util.find_spec(h) is not None for h in registry.MODULE_RULES[prefix]
+             if importlib.util.find_spec(h.rpartition(".")[0]) is not None), prefix
+  module = importlib.import_module(f"tensorflow.contrib.{prefix}.{module_name}")
+  assert module is importlib.import_module(home)
+  assert getattr(module, name) is getattr(importlib.import_module(home), name)
+
+
+def test_a_tpu_module_comes_from_the_estimator_first_then_tensorflow():
+  from tensorflow.contrib.tpu.python.tpu import tpu_context
+  from tensorflow.contrib.tpu.python.tpu import tpu_function
+  assert tpu_context.__name__ == "tensorflow_estimator.python.estimator.tpu.tpu_context"
+  assert tpu_function.__name__ == "tensorflow.python.tpu.tpu_function"
+  # MODULE_PATHS come first: the estimator module's names through the compat entries.
+  from tensorflow.contrib.tpu.python.tpu import tpu_optimizer
+  assert tpu_optimizer.CrossShardOptimizer is tf.contrib.tpu.CrossShardOptimizer
+
+
+@pytest.mark.parametrize("statement", [
+    "from tensorflow.compat.v1 import estimator",
+    "import tensorflow.compat.v1.estimator as estimator",
+])
+def test_the_2022_23_import_of_the_estimator_resolves(statement):
+  scope = {}
+  exec(statement, scope)
+  assert scope["estimator"].tpu.TPUEstimator is stacks.estimator.tpu.TPUEstimator
+  assert scope["estimator"].Estimator is stacks.estimator.Estimator
+  real_tf = importlib.import_module("tensorflow")
+  assert real_tf.compat.v1.estimator.RunConfig is stacks.estimator.RunConfig
+  import tensorflow.compat.v2.estimator as v2
+  assert v2.DNNClassifier.__name__ == "DNNClassifierV2"
+  # tensorflow.estimator stays as the installed TensorFlow has it.
+  assert hasattr(real_tf, "estimator") == (stacks.NAME == "tf2.15")
 
 
 @pytest.mark.parametrize("statement,path,module", [

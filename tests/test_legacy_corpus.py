@@ -22,6 +22,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "examples", "legacy_corpus")
 PROGRAMS = sorted(glob.glob(os.path.join(CORPUS, "*", "*.py")))
 COMPAT_LINE = "from estimator_tpu.compat import tf"
+TF2_LINE = "from estimator_tpu.compat import tf2 as tf"
+# The line each program had before, by folder: TF 1.15's unless named here.
+ORIGINAL_LINES = {"albert_like": "import tensorflow.compat.v1 as tf",
+                  "tf2_estimators": "import tensorflow as tf"}
 BERT_CONFIG = {"vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
                "num_attention_heads": 2, "intermediate_size": 32,
                "max_position_embeddings": 16}
@@ -154,14 +158,16 @@ def test_mnist_like_trains_evaluates_predicts_and_exports(mnist):
   assert results["global_step"] == 40
   predictions = np.loadtxt(os.path.join(mnist["model_dir"], "predictions.txt"))
   assert predictions.shape == (10, 11)  # class id, then 10 probabilities
-  np.testing.assert_array_equal(predictions[:, 0], predictions[:, 1:].argmax(axis=1))
+  # The class id is the most probable class (probabilities are written to 4 places: ties allowed).
+  chosen = predictions[np.arange(10), 1 + predictions[:, 0].astype(int)]
+  np.testing.assert_array_equal(chosen, predictions[:, 1:].max(axis=1))
   (version,) = os.listdir(mnist["export_dir"])
   serve = tf.saved_model.load(os.path.join(mnist["export_dir"], version))
   outputs = serve.signatures["classify"](image=tf.zeros([4, 8, 8]))
   assert outputs["probabilities"].shape == (4, 10) and outputs["class_ids"].shape == (4,)
 
 
-@pytest.mark.parametrize("program", ["bert", "resnet", "mnist"])
+@pytest.mark.parametrize("program", ["bert", "resnet", "mnist", "efficientnet", "albert"])
 def test_runs_are_quiet(program, request):
   log = request.getfixturevalue(program)["log"]
   assert "is deprecated" not in log
@@ -174,18 +180,20 @@ def test_runs_are_quiet(program, request):
 
 
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: os.path.relpath(p, CORPUS))
-def test_the_import_line_is_the_only_difference_from_tf_1_15(path):
+def test_the_import_line_is_the_only_difference_from_the_original(path):
   with open(path) as f:
     source = f.read()
   lines = source.splitlines()
-  assert lines.count(COMPAT_LINE) == 1, path
-  assert "import tensorflow as tf" not in source
-  # Put back TF 1.15's line: nothing of this project is left in the program.
-  tf1_source = source.replace(COMPAT_LINE, "import tensorflow as tf")
-  assert "estimator_tpu" not in tf1_source
-  tree = ast.parse(tf1_source)
+  ours = TF2_LINE if TF2_LINE in lines else COMPAT_LINE
+  original = ORIGINAL_LINES.get(os.path.basename(os.path.dirname(path)), "import tensorflow as tf")
+  assert lines.count(ours) == 1, path
+  assert original not in lines
+  # Put back the original line: nothing of this project is left in the program.
+  original_source = source.replace(ours, original)
+  assert "estimator_tpu" not in original_source
+  tree = ast.parse(original_source)
   bound = [alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
-           for alias in node.names if alias.name == "tensorflow"]
+           for alias in node.names if alias.name in ("tensorflow", "tensorflow.compat.v1")]
   assert bound == ["tf"]
 
 
@@ -212,3 +220,97 @@ def test_compat_check_finds_no_unknown_or_refused_name():
   assert re.search(r"bert_like/optimization.py:\d+: tf\.train\.Optimizer  mapped", used)
   assert re.search(r"mnist_like/mnist_tpu.py:\d+: tf\.contrib\.tpu\.CrossShardOptimizer  "
                    r"re-implemented", used)
+
+
+# --- 2019 TPU image model, 2022-23 form ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def efficientnet(tmp_path_factory):
+  root = tmp_path_factory.mktemp("efficientnet_like")
+  model_dir, export_dir = str(root / "model"), str(root / "export")
+  log = _run("efficientnet_like/main.py", f"--model_dir={model_dir}",
+             f"--export_dir={export_dir}", "--train_steps=10", "--iterations_per_loop=5")
+  return {"model_dir": model_dir, "export_dir": export_dir, "log": log}
+
+
+def test_efficientnet_like_trains_with_its_batch_norm_subclass_and_exports(efficientnet):
+  model_dir = efficientnet["model_dir"]
+  results = _results(os.path.join(model_dir, "eval_results.txt"))
+  assert results["global_step"] == 10
+  assert 0.0 <= results["top_1_accuracy"] <= results["top_5_accuracy"] <= 1.0
+  names = {name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(model_dir))}
+  # TpuBatchNormalization's statistics, and the moving average the eval and export restore.
+  assert "stem_bn/moving_mean" in names
+  assert "stem_bn/moving_mean/ExponentialMovingAverage" in names
+  assert "head/kernel/ExponentialMovingAverage" in names
+  moving_mean = tf.train.load_variable(model_dir, "stem_bn/moving_mean")
+  assert np.abs(moving_mean).max() > 0  # _moments ran in training: the statistics moved
+  assert {"learning_rate", "current_epoch", "cross_entropy"} <= summary_tags(model_dir)
+  (version,) = os.listdir(efficientnet["export_dir"])
+  serve = tf.saved_model.load(os.path.join(efficientnet["export_dir"], version))
+  outputs = serve.signatures["classify"](tf.zeros([2, 8, 8, 3]))
+  np.testing.assert_allclose(outputs["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def albert(tmp_path_factory):
+  output_dir = str(tmp_path_factory.mktemp("albert_like"))
+  log = _run("albert_like/run_pretraining.py", f"--output_dir={output_dir}", "--do_train",
+             "--do_eval", "--num_train_steps=8", "--save_checkpoints_steps=4")
+  return {"output_dir": output_dir, "log": log}
+
+
+def test_albert_like_runs_through_tensorflow_compat_v1_estimator(albert):
+  results = _results(os.path.join(albert["output_dir"], "eval_results.txt"))
+  assert set(results) == {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
+                          "sentence_order_accuracy"}
+  assert results["global_step"] == 8
+  assert _steps(albert["output_dir"]) == [0, 4, 8]
+  # Two heads: the loss is the masked-LM loss plus the sentence-order loss (ln 2 at chance).
+  assert results["loss"] > results["masked_lm_loss"] > 0
+
+
+# --- TF 2-era estimator code: `from estimator_tpu.compat import tf2 as tf` --------------------
+
+
+def _tf2_results(program, tmp_path_factory, *args):
+  model_dir = tmp_path_factory.mktemp(os.path.splitext(program)[0])
+  _run(f"tf2_estimators/{program}", f"--model_dir={model_dir}", *args)
+  with open(model_dir / "results.json") as f:
+    return json.load(f)
+
+
+def test_premade_estimators_report_the_mean_loss_and_serve_what_they_predict(tmp_path_factory):
+  export_dir = tmp_path_factory.mktemp("census_export")
+  results = _tf2_results("census_premade.py", tmp_path_factory, f"--export_dir={export_dir}")
+  for name in ("linear", "dnn"):
+    metrics = results[name]
+    # TF 2's reduction: `loss` is a mean over examples, as `average_loss` is (TF 1's summed
+    # over a batch of 64, ~64x larger).
+    assert metrics["loss"] == pytest.approx(metrics["average_loss"], rel=0.05)
+    assert metrics["accuracy"] > 0.8  # the label follows the columns
+    assert metrics["global_step"] == 60
+  served = np.array(results["served_probabilities"])
+  assert served.shape == (8, 2)
+  np.testing.assert_allclose(served, np.array(results["predicted_probabilities"]), atol=1e-5)
+
+
+def test_keras_model_fn_hooks_and_model_to_estimator(tmp_path_factory):
+  results = _tf2_results("iris_keras.py", tmp_path_factory, "--train_steps=150")
+  assert results["hook_steps"] == 150
+  for name in ("custom", "keras"):
+    assert results[name]["global_step"] == 150
+    assert results[name]["accuracy"] > 0.7, results
+
+
+def test_a_warm_started_wide_and_deep_starts_from_the_first_run(tmp_path_factory):
+  results = _tf2_results("warm_start.py", tmp_path_factory, "--train_steps=40")
+  moved = results["moved_by_one_step"]
+  assert set(moved) >= {"dnn/hiddenlayer_0/kernel", "dnn/logits/kernel",
+                        "linear/linear_model/color/weights"}
+  assert max(moved.values()) < 0.5  # one step from the first run's weights
+  metrics = results["metrics"]
+  assert metrics["global_step"] == 1
+  # After one step of its own it classifies as well as the first run had learned to.
+  assert metrics["accuracy"] > metrics["accuracy_baseline"] + 0.2

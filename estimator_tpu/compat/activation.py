@@ -15,6 +15,11 @@
   saw the call, often this package's loader.
 - One line per log record: TensorFlow's records print once, through its own
   handler (estimator_tpu.tf_logger), not again through absl's or a root handler.
+- TF 1 layer subclasses that override a private Keras hook with its TF 1.15
+  signature (`_moments(self, inputs, reduction_axes, keep_dims)`) are called
+  with the arguments they take (estimator_tpu.compat.layer_hooks).
+- `tf.compat.v1.estimator` and `tf.compat.v2.estimator` are there, as on TF 2.15
+  (estimator_tpu.tf_standins).
 - One INFO line says the layer is active.
 
 Set ESTIMATOR_TPU_COMPAT_SHAPES=v2 to keep TF 2 shapes (legacy code that
@@ -53,6 +58,11 @@ def activate():
   # is the same flag as a context manager, which cannot span a whole program.
   deprecation._PRINT_DEPRECATION_WARNINGS = False
   tf_logger.print_once()
+  from estimator_tpu import stacks
+  from estimator_tpu import tf_standins
+  from estimator_tpu.compat import layer_hooks
+  layer_hooks.install(stacks.keras.layers.Layer)
+  tf_standins.restore_estimator_attributes()
   # Keras 2's legacy layers say the same through Python warnings, once per call site.
   warnings.filterwarnings("ignore", message=_KERAS_DEPRECATION, category=UserWarning)
   tf_logger.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "

@@ -12,6 +12,9 @@ gets a chance. `ModulePathFinder` answers them from the registry:
 - each path of `registry.MODULE_PATHS` is a namespace holding the names that
   module held in TF 1.15, resolved through the same registry entries (so
   `async_checkpoint.AsyncCheckpointSaverHook is tf.contrib.tpu.AsyncCheckpointSaverHook`);
+- any other path under a `registry.MODULE_RULES` prefix is the TF 2 module
+  that holds the same objects (`tensorflow.contrib.tpu.python.tpu.tpu_function`
+  is `tensorflow.python.tpu.tpu_function`);
 - a refused or unknown path raises ImportError with the message the attribute
   form gives;
 - `registry.MOVED_PACKAGES` paths (`tensorflow.python.estimator...`) are the
@@ -37,6 +40,9 @@ def _packages_on_the_way():
   for relative in registry.MODULE_PATHS:
     parts = relative.split(".")
     packages.update(".".join(parts[:i]) for i in range(2, len(parts)))
+  for prefix in registry.MODULE_RULES:
+    parts = prefix.split(".")
+    packages.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
   return packages - set(registry.MODULE_PATHS)
 
 
@@ -59,14 +65,30 @@ def contrib_module(fullname):
     return _lazy.Namespace(fullname, {})
   parent_name, _, name = fullname.rpartition(".")
   parent = sys.modules[parent_name]  # the import system imports the parent first
-  entry = parent._entries.get(name)
+  entry = getattr(parent, "_entries", {}).get(name)
   if entry is None:
-    raise ImportError(_lazy.unknown_message(fullname))
+    return by_rule(fullname, relative)
   if isinstance(entry, dict):
     return getattr(parent, name)  # the attribute form's own namespace object
   if entry.kind == _lazy.REFUSED:
     raise ImportError(_lazy.refused_message(fullname, entry.note))
   return None  # a class or function, not a module: Python's own error says so
+
+
+def by_rule(fullname, relative):
+  """The TF 2 module MODULE_RULES give for `fullname`; ImportError naming what was tried."""
+  homes = registry.rule_homes(relative)
+  for home in homes:
+    try:
+      found = importlib.util.find_spec(home) is not None
+    except ImportError:  # a parent of `home` does not exist on this TensorFlow
+      found = False
+    if found:
+      return importlib.import_module(home)
+  message = _lazy.unknown_message(fullname)
+  if homes:
+    message += f" (TF 2 has no {' or '.join(homes)})"
+  raise ImportError(message)
 
 
 def _moved_target(fullname, path):

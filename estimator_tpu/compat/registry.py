@@ -490,6 +490,28 @@ MODULE_PATHS = {
     "lookup.lookup_ops": ("lookup", None),
 }
 
+# TF 1.15 module paths under tensorflow.contrib, by rule: `tensorflow.contrib.<prefix>.<rest>`
+# is the first module `<home>.<rest>` that exists, for the homes listed (TF 2 moved these
+# modules whole: the same objects under another package). MODULE_PATHS, the tf.contrib
+# namespaces and the refused modules come first. tests/test_compat_paths.py checks each
+# row against the installed TensorFlow; a missing path is one row (or one home) more.
+MODULE_RULES = {
+    "tpu.python.tpu": ("tensorflow_estimator.python.estimator.tpu", "tensorflow.python.tpu"),
+    "cluster_resolver.python.training": ("tensorflow.python.distribute.cluster_resolver",),
+    "data.python.ops": ("tensorflow.python.data.experimental.ops",),
+    "distribute.python": ("tensorflow.python.distribute",),
+    "estimator.python.estimator": ("tensorflow_estimator.python.estimator",),
+}
+
+
+def rule_homes(relative):
+  """[module, ...] that `tensorflow.contrib.<relative>` may be, by MODULE_RULES; [] if none."""
+  for prefix, homes in MODULE_RULES.items():
+    if relative.startswith(prefix + "."):
+      return [home + relative[len(prefix):] for home in homes]
+  return []
+
+
 # TF-internal packages TF 1 code imported that moved to another package. The alias
 # serves a path only where TensorFlow has no module of its own (TF 2.15 still has
 # forwarding modules under tensorflow.python.estimator; TF 2.21 has none).
@@ -552,6 +574,10 @@ def _module_table():
     given = f"all of `tf.contrib.{module}`" if names is None else ", ".join(
         f"`{name}`" for name in names)
     lines.append(f"| `tensorflow.contrib.{relative}` | {given} | `tf.contrib.{module}.*` |")
+  for prefix, homes in MODULE_RULES.items():
+    given = " or ".join(f"`{home}.*`" for home in homes)
+    lines.append(f"| `tensorflow.contrib.{prefix}.*` (any other) | all of the module | "
+                 f"the first of {given} that exists |")
   for old, new in MOVED_PACKAGES.items():
     lines.append(f"| `{old}` and its submodules | where TensorFlow has none: the module "
                  f"of the same path under `{new}` | `{new}` |")
