@@ -26,6 +26,7 @@ Set ESTIMATOR_TPU_COMPAT_SHAPES=v2 to keep TF 2 shapes (legacy code that
 reads `.value` then fails as it would on plain TF 2).
 """
 
+import importlib
 import os
 import threading
 import warnings
@@ -33,6 +34,7 @@ import warnings
 from estimator_tpu import tf_logger
 
 SHAPES_ENV = "ESTIMATOR_TPU_COMPAT_SHAPES"
+_TF215_ESTIMATOR_V1 = "tensorflow_estimator.python.estimator.api._v1.estimator"
 _KERAS_DEPRECATION = r"`tf\.[\w.]+` is deprecated and will be removed in a future version"
 
 _lock = threading.Lock()
@@ -63,6 +65,10 @@ def activate():
   from estimator_tpu.compat import layer_hooks
   layer_hooks.install(stacks.keras.layers.Layer)
   tf_standins.restore_estimator_attributes()
+  # TF 2.15's own tf.compat.v1.estimator is this API module tree ("TPUConfig is deprecated").
+  if stacks.NAME == "tf2.15":
+    importlib.import_module(_TF215_ESTIMATOR_V1)
+    quiet_api_modules(_TF215_ESTIMATOR_V1)
   # Keras 2's legacy layers say the same through Python warnings, once per call site.
   warnings.filterwarnings("ignore", message=_KERAS_DEPRECATION, category=UserWarning)
   tf_logger.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "
