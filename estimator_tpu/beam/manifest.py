@@ -9,11 +9,11 @@ from estimator_tpu.data import layout
 
 
 class DatasetStats:
-  """Counts and image-size statistics of what a bundle (or run) wrote.
+  """Counts and image-size statistics of what a chunk (or run) wrote.
 
-  Each EncodeAndWriteFn bundle fills one, as a lifted combiner would; the last
-  step merges them. (A CombineGlobally costs ~0.5 s of fixed DirectRunner
-  stages, a tenth of a 10,000-image run on 2 cores.)
+  Each EncodeChunkFn chunk fills one, as a lifted combiner would; each shard
+  and then the last step merge them. (A CombineGlobally costs ~0.5 s of fixed
+  DirectRunner stages, a tenth of a 10,000-image run on 2 cores.)
   """
 
   def __init__(self):
