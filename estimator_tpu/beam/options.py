@@ -1,6 +1,7 @@
 """preprocess.py's flags: define_flags(), and the Beam options it passes on."""
 
 import difflib
+import importlib
 import logging
 
 from absl import flags
@@ -14,6 +15,60 @@ _RUNNER_FLAGS = ("--runner", "--direct_num_workers", "--direct_running_mode")
 _LOG_LEVEL_FLAG = "--default_sdk_harness_log_level"
 DEFAULT_DIRECT_ARGS = ("--direct_num_workers=0",
                        "--direct_running_mode=multi_threading")
+
+# Beam knows these runners only by their module path, and registers their
+# options only when that module is imported.
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+SHORT_RUNNER_NAMES = {"DaskRunner": DASK_RUNNER}
+_DASK_PREFIX = "--dask_"
+_DASK_PARTITION_FLAGS = ("--dask_npartitions", "--dask_partition_size")
+# One chunk of 64 inputs per Dask task, so that every worker gets work (Beam's
+# default puts 128 chunks, 8,192 images, in one task).
+DEFAULT_DASK_ARGS = ("--dask_partition_size=1",)
+
+
+def runner_name(args):
+  """The --runner value in args (`--runner=X` or `--runner X`), or None."""
+  args = list(args)
+  name = None
+  for i, arg in enumerate(args):
+    if arg.startswith("--runner="):
+      name = arg.split("=", 1)[1]
+    elif arg == "--runner" and i + 1 < len(args):
+      name = args[i + 1]
+  return name
+
+
+def is_dask(args):
+  """Whether args ask for Beam's DaskRunner, by its short name or its path."""
+  name = runner_name(args)
+  return SHORT_RUNNER_NAMES.get(name, name) == DASK_RUNNER
+
+
+def _with_full_runner_name(args):
+  """args with a short runner name that Beam does not know replaced by its path."""
+  out = []
+  for i, arg in enumerate(args):
+    if arg.startswith("--runner=") and arg[9:] in SHORT_RUNNER_NAMES:
+      arg = "--runner=" + SHORT_RUNNER_NAMES[arg[9:]]
+    elif i and args[i - 1] == "--runner" and arg in SHORT_RUNNER_NAMES:
+      arg = SHORT_RUNNER_NAMES[arg]
+    out.append(arg)
+  return out
+
+
+def _runner_option_problems(args):
+  """Imports the Dask runner's options when asked for; messages if that cannot be."""
+  dask_flags = [a.split("=", 1)[0] for a in args if a.startswith(_DASK_PREFIX)]
+  if not is_dask(args):
+    return [f"{flag} is an option of the DaskRunner; add --runner=DaskRunner"
+            for flag in dask_flags]
+  try:
+    importlib.import_module(DASK_RUNNER.rsplit(".", 1)[0])
+  except ImportError as e:
+    return [f"--runner={runner_name(args)} needs dask[distributed] ({e}); "
+            "install it with pip install 'apache-beam[dask]'"]
+  return []
 
 
 def define_flags(flag_values=flags.FLAGS):
@@ -50,6 +105,9 @@ def settings(flag_values=flags.FLAGS, pipeline_args=()):
 
 def unknown_args(args, flag_values=flags.FLAGS):
   """Error messages for args that are neither our flags nor Beam options."""
+  problems = _runner_option_problems(list(args))
+  if problems:
+    return problems
   parsers = []
   # Beam would log the unknown ones too; we report them as errors instead.
   beam_logger = logging.getLogger(PipelineOptions.__module__)
@@ -79,10 +137,16 @@ def _given(args, names):
 
 
 def with_defaults(args):
-  """args plus quiet workers and, unless a runner is set, all-cores Direct."""
-  args = list(args)
+  """args for Beam: quiet workers; unless a runner is set, all-cores Direct.
+
+  A short runner name Beam does not know (DaskRunner) becomes its module
+  path; the DaskRunner gets one chunk per task unless partitions are given.
+  """
+  args = _with_full_runner_name(list(args))
   if not _given(args, (_LOG_LEVEL_FLAG,)):
     args.append(f"{_LOG_LEVEL_FLAG}=ERROR")  # Beam's start-up chatter.
   if not _given(args, _RUNNER_FLAGS):
     args.extend(DEFAULT_DIRECT_ARGS)
+  if is_dask(args) and not _given(args, _DASK_PARTITION_FLAGS):
+    args.extend(DEFAULT_DASK_ARGS)
   return args
