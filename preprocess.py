@@ -15,6 +15,7 @@ import json
 import logging as std_logging
 import os
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TF start-up chatter.
 std_logging.getLogger().setLevel(std_logging.ERROR)  # Beam's import chatter.
@@ -26,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from estimator_tpu import storage
 from estimator_tpu.beam import options as preprocess_flags
+from estimator_tpu.beam import package
 from estimator_tpu.beam import sources
 from estimator_tpu.data import layout
 
@@ -46,16 +48,28 @@ def _parse(argv):
     sys.exit(_fail(str(e)))
 
 
+def _beam_args(pipeline_args, dist_dir):
+  """The args Beam gets; with a remote runner, the package's wheel for its workers."""
+  args = preprocess_flags.with_defaults(pipeline_args)
+  if package.needs_package(args):
+    wheel = package.build_wheel(dist_dir)
+    args.append(f"--extra_package={wheel}")
+    print(f"{PROG}: workers get this package as {os.path.basename(wheel)}, built from "
+          f"{package.project_root()}/pyproject.toml (--extra_package)", flush=True)
+  return args
+
+
 def _run_pipeline(plan, pipeline_args):
   """Runs Beam and returns the manifest it wrote."""
   # Imported only now: TensorFlow takes seconds, flag errors should not wait.
   import apache_beam as beam
 
   from estimator_tpu.beam import pipeline as beam_pipeline
-  options = beam.options.pipeline_options.PipelineOptions(
-      preprocess_flags.with_defaults(pipeline_args))
-  with beam.Pipeline(options=options) as p:
-    beam_pipeline.build_pipeline(p, plan)
+  with tempfile.TemporaryDirectory(prefix="preprocess-dist-") as dist_dir:
+    options = beam.options.pipeline_options.PipelineOptions(
+        _beam_args(pipeline_args, dist_dir))
+    with beam.Pipeline(options=options) as p:
+      beam_pipeline.build_pipeline(p, plan)
   path = FileSystems.join(plan.output_dir, layout.MANIFEST_FILE)
   with FileSystems.open(path) as f:
     return json.loads(f.read().decode("utf-8"))
@@ -121,6 +135,8 @@ def run(argv):
   try:
     with _held_back(held):
       manifest = _run_pipeline(plan, pipeline_args)
+  except package.PackageError as e:  # Raised before the pipeline wrote anything.
+    return _fail(str(e))
   except Exception as e:
     if not storage.no_space(e):
       sys.stderr.write(held.getvalue())

@@ -1,0 +1,77 @@
+"""How a remote runner's workers get this package: a wheel built from pyproject.toml.
+
+The DirectRunner's workers are this process's threads; Beam's DaskRunner
+stages nothing (its workers import from their own environment, see
+docs/PREPROCESS.md). Any other runner (Dataflow, Flink, Spark, the portable
+runner) gets the wheel as --extra_package, unless the user says how its
+workers get the code (--setup_file, --extra_package(s) or a container image).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from estimator_tpu.beam import options as preprocess_flags
+
+# Runners whose workers import this package from the environment they run in.
+LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner",
+                 "InteractiveRunner", "DaskRunner")
+PACKAGE_FLAGS = ("--setup_file", "--extra_package", "--extra_packages",
+                 "--sdk_container_image", "--worker_harness_container_image")
+# What the wheel is built from (pyproject.toml's packages and py-modules).
+_SOURCES = ("pyproject.toml", "estimator_tpu", "serving", "train.py", "export.py",
+            "preprocess.py")
+
+
+class PackageError(Exception):
+  """The package cannot be built; the message says what to pass instead."""
+
+
+def needs_package(args):
+  """Whether Beam args name a remote runner and no way for its workers to get the code."""
+  runner = preprocess_flags.runner_name(args)
+  if runner is None or runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS:
+    return False
+  return not any(arg.split("=", 1)[0] in PACKAGE_FLAGS for arg in args)
+
+
+def project_root():
+  """The folder of pyproject.toml this package was installed from (editable or a checkout)."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  missing = [name for name in _SOURCES if not os.path.exists(os.path.join(root, name))]
+  if missing:
+    raise PackageError(
+        f"cannot build the package for the workers: {root} has no {missing[0]} (estimator_tpu "
+        "is installed, not a checkout); pass --extra_package=estimator_tpu-*.whl, --setup_file "
+        "or --sdk_container_image")
+  return root
+
+
+def build_wheel(dest_dir, python=sys.executable):
+  """Builds the project's wheel into dest_dir, offline; returns its path.
+
+  The sources are copied first, so the build leaves nothing in the checkout.
+
+  Raises:
+    PackageError: there is no pyproject.toml or the build fails.
+  """
+  root = project_root()
+  source = os.path.join(dest_dir, "source")
+  ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+  for name in _SOURCES:
+    src, dst = os.path.join(root, name), os.path.join(source, name)
+    if os.path.isdir(src):
+      shutil.copytree(src, dst, ignore=ignore)
+    else:
+      os.makedirs(source, exist_ok=True)
+      shutil.copy2(src, dst)
+  cmd = [python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
+         "--no-build-isolation", "--no-index", "--wheel-dir", dest_dir, source]
+  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  wheels = [n for n in os.listdir(dest_dir) if n.endswith(".whl")]
+  if done.returncode or len(wheels) != 1:
+    raise PackageError(f"building the package for the workers from {root}/pyproject.toml "
+                       f"failed ({' '.join(cmd)}):\n{done.stderr.strip()}")
+  shutil.rmtree(source)
+  return os.path.join(dest_dir, wheels[0])
