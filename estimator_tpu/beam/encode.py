@@ -144,7 +144,9 @@ def encode_example(image_bytes, label, class_name, filename, max_size=None):
   image = encode_image(image_bytes, max_size)
   example = schema.make_example(image.jpeg_bytes, label, class_name,
                                   image.height, image.width, filename)
-  return EncodedExample(example.SerializeToString(), image.height, image.width,
+  # Map keys sorted: the same bytes from every process (a map's order follows
+  # string hashes, which differ from one process to the next).
+  return EncodedExample(example.SerializeToString(deterministic=True), image.height, image.width,
                         image.converted)
 
 
