@@ -102,6 +102,10 @@ def error_runs(first_run, image_folder, tmp_path_factory):
                     "--validation_fraction=2"],
                    "--validation_fraction=2.0 must be >= 0 and < 1",
                    f"{tmp}/o6"),
+      "dask_option": ([f"--input_dir={image_folder}", f"--output_dir={tmp}/o7",
+                       "--dask_client_address=tcp://127.0.0.1:8786"],
+                      "--dask_client_address is an option of the DaskRunner; "
+                      "add --runner=DaskRunner", f"{tmp}/o7"),
   }
   procs = {name: _start(*args) for name, (args, _, _) in cases.items()}
   return {name: (_finish(proc), cases[name][1], cases[name][2])
@@ -109,7 +113,7 @@ def error_runs(first_run, image_folder, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["missing", "both", "neither", "no_images",
-                                  "existing", "typo", "fraction"])
+                                  "existing", "typo", "fraction", "dask_option"])
 def test_errors_exit_2_with_one_line_and_write_nothing(error_runs, case):
   (code, stdout, stderr), message, output_dir = error_runs[case]
   assert code == 2, stderr
@@ -166,3 +170,22 @@ def test_beam_options_pass_and_typos_do_not():
   assert options.unknown_args(["--max_sise=9"], flag_values) == [
       "unknown flag --max_sise: neither a preprocess.py flag nor a Beam "
       "pipeline option; did you mean --max_size?"]
+
+
+def test_dask_runner_by_its_short_name_with_its_options():
+  flag_values = flags.FlagValues()
+  options.define_flags(flag_values)
+  dask_args = ["--runner=DaskRunner", "--dask_client_address=tcp://127.0.0.1:8786",
+               "--dask_connection_timeout=30"]
+  assert options.unknown_args(dask_args, flag_values) == []
+  assert options.unknown_args(["--runner", "DaskRunner", "--dask_npartitions=4"],
+                              flag_values) == []
+  assert options.unknown_args(["--runner=DaskRunner", "--dask_adress=x"], flag_values) == [
+      "unknown flag --dask_adress: neither a preprocess.py flag nor a Beam pipeline option; "
+      "did you mean --dask_client_address?"]
+  assert options.with_defaults(dask_args) == [
+      "--runner=" + options.DASK_RUNNER, *dask_args[1:],
+      "--default_sdk_harness_log_level=ERROR", "--dask_partition_size=1"]
+  assert options.with_defaults(["--runner", "DaskRunner", "--dask_npartitions=4"]) == [
+      "--runner", options.DASK_RUNNER, "--dask_npartitions=4",
+      "--default_sdk_harness_log_level=ERROR"]
