@@ -8,72 +8,25 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from conftest import program_env
 import distributed
 import pytest
 import tensorflow as tf
 
+from estimator_tpu.beam import dask_cluster as dask_cluster_lib
 from estimator_tpu.data import layout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPROCESS = os.path.join(ROOT, "preprocess.py")
 NUM_WORKERS = 2
-_START_TIMEOUT = 120
-
-
-def _stop(procs, timeout=10):
-  """Stops the workers, then the scheduler (workers left without one wait to reconnect)."""
-  for group in (procs[1:], procs[:1]):
-    for proc in group:
-      if proc.poll() is None:
-        proc.terminate()
-    for proc in group:
-      try:
-        proc.wait(timeout=timeout)
-      except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _scheduler_address(scheduler_file, scheduler):
-  deadline = time.monotonic() + _START_TIMEOUT
-  while not os.path.exists(scheduler_file):
-    if scheduler.poll() is not None or time.monotonic() > deadline:
-      raise RuntimeError(f"dask scheduler did not start (status {scheduler.poll()}): "
-                         f"{scheduler.stderr.read() if scheduler.poll() is not None else ''}")
-    time.sleep(0.1)
-  time.sleep(0.2)  # The file is written whole, but let it be closed.
-  with open(scheduler_file, encoding="utf-8") as f:
-    return json.load(f)["address"]
 
 
 @pytest.fixture(scope="module")
-def dask_cluster(tmp_path_factory):
+def dask_cluster():
   """A real scheduler and NUM_WORKERS worker processes; yields the scheduler's tcp:// address."""
-  tmp = tmp_path_factory.mktemp("dask")
-  scheduler_file = str(tmp / "scheduler.json")
-  common = ["--no-dashboard", "--host", "127.0.0.1"]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", DASK_DISTRIBUTED__WORKER__DAEMON="False")
-  procs = []
-  try:
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", "0",
-         "--scheduler-file", scheduler_file, *common],
-        cwd=str(tmp), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    address = _scheduler_address(scheduler_file, procs[0])
-    procs[0].stderr.close()  # Not read again: it must not fill up.
-    for i in range(NUM_WORKERS):
-      procs.append(subprocess.Popen(
-          [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-           "--no-nanny", "--name", f"worker-{i}", *common],
-          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    with distributed.Client(address, timeout=_START_TIMEOUT) as client:
-      client.wait_for_workers(NUM_WORKERS, timeout=_START_TIMEOUT)
+  with dask_cluster_lib.local_cluster(NUM_WORKERS, cwd=ROOT) as address:
     yield address
-  finally:
-    _stop(procs)
 
 
 def _start(output_dir, image_folder, *args):
