@@ -1,6 +1,7 @@
-"""Images/s and peak memory of the Beam preprocessing vs a plain Python loop.
+"""Images/s and peak memory of the Beam preprocessing vs a plain Python loop, or on Dask.
 
     python benchmarks/bench_preprocess.py [--sizes=1000,10000] [--repeats=5,3]
+    python benchmarks/bench_preprocess.py --runner=dask [--sizes=2000,20000] [--repeats=5,3]
 
 Writes N photo-like 320x240 JPEGs in 10 class folders, then runs, each in its
 own subprocess and alternating which goes first, (a) the Beam pipeline with
@@ -12,6 +13,14 @@ included. Memory is the peak of the summed RSS of the process and all its
 children (sampled every 50 ms) plus each process's own high-water mark.
 The last line printed is one JSON object; `ratio` is Beam/plain images/s at
 the largest N.
+
+With --runner=dask the two sides are the pipeline on Beam's DaskRunner
+against a dask.distributed cluster of 2 single-threaded worker processes on
+127.0.0.1 (started by the benchmark, warmed up with one small run so that
+the workers have imported TensorFlow) and the pipeline on the DirectRunner
+with preprocess.py's defaults (threads on every core). `ratio` is
+Dask/Direct images/s at the largest N; the driver's own peak memory (the
+process that builds and submits the pipeline) is given at each N.
 """
 
 # The parent process only times children; TensorFlow loads in the children.
@@ -165,7 +174,7 @@ def _descendants_rss_kb(pid):
 
 
 def measure(side, input_dir, extra_args=()):
-  """Runs one side in a subprocess; returns its figures."""
+  """Runs one side ("beam" or "plain") in a subprocess; returns its figures."""
   with tempfile.TemporaryDirectory() as output_dir:
     cmd = [sys.executable, os.path.abspath(__file__), f"--child={side}",
            f"--input_dir={input_dir}", f"--output_dir={output_dir}/out"]
@@ -195,40 +204,101 @@ def _median(runs, key):
   return round(statistics.median(r[key] for r in runs), 2)
 
 
-def bench_size(count, repeats, extra_args, work_dir):
-  """Alternating repeats at one N; returns the medians."""
+def bench_size(count, repeats, sides, work_dir):
+  """Alternating repeats at one N; returns the medians.
+
+  Args:
+    count: images to write and preprocess.
+    repeats: runs per side.
+    sides: {name: (child side, extra Beam args)}, two of them; the first is
+      the ratio's numerator.
+    work_dir: where the images go.
+  """
   input_dir = os.path.join(work_dir, f"images_{count}")
   start = time.perf_counter()
   write_images(input_dir, count)
   print(f"N={count}: wrote images in {time.perf_counter() - start:.1f}s",
         flush=True)
-  runs = {"beam": [], "plain": []}
+  names = list(sides)
+  runs = {name: [] for name in names}
   for repeat in range(repeats):
-    order = ("beam", "plain") if repeat % 2 == 0 else ("plain", "beam")
-    for side in order:
-      runs[side].append(measure(side, input_dir, extra_args))
-      r = runs[side][-1]
-      print(f"  N={count} {side:5} run {repeat + 1}/{repeats}: "
+    order = names if repeat % 2 == 0 else names[::-1]
+    for name in order:
+      child, extra_args = sides[name]
+      runs[name].append(measure(child, input_dir, extra_args))
+      r = runs[name][-1]
+      print(f"  N={count} {name:6} run {repeat + 1}/{repeats}: "
             f"{r['images_per_s']:7.1f} images/s, {r['seconds']:.2f}s "
             f"(wall {r['wall_seconds']:.2f}s), tree peak "
-            f"{r['tree_peak_mb']:.0f} MB", flush=True)
+            f"{r['tree_peak_mb']:.0f} MB, driver peak {r['self_hwm_mb']:.0f} MB", flush=True)
   result = {"n": count, "repeats": repeats}
-  for side, side_runs in runs.items():
+  for name, side_runs in runs.items():
     for key in ("images_per_s", "seconds", "cpu_seconds", "wall_seconds",
                 "tree_peak_mb", "self_hwm_mb"):
-      result[f"{side}_{key}"] = _median(side_runs, key)
-  result["ratio"] = round(result["beam_images_per_s"]
-                          / result["plain_images_per_s"], 3)
-  result["wall_ratio"] = round(result["plain_wall_seconds"]
-                               / result["beam_wall_seconds"], 3)
+      result[f"{name}_{key}"] = _median(side_runs, key)
+  first, second = names
+  result["ratio"] = round(result[f"{first}_images_per_s"]
+                          / result[f"{second}_images_per_s"], 3)
+  result["wall_ratio"] = round(result[f"{second}_wall_seconds"]
+                               / result[f"{first}_wall_seconds"], 3)
   return result
+
+
+def _bench_plain(args, sizes, repeats):
+  sides = {"beam": ("beam", args.beam_arg), "plain": ("plain", [])}
+  results = []
+  with tempfile.TemporaryDirectory() as work_dir:
+    for count, repeat in zip(sizes, repeats):
+      results.append(bench_size(count, repeat, sides, work_dir))
+  last, first = results[-1], results[0]
+  return {
+      "ratio": last["ratio"], "n": last["n"], "cpus": os.cpu_count(),
+      "load_average_1m": round(os.getloadavg()[0], 2),
+      "beam_args": args.beam_arg or "preprocess.py defaults",
+      "beam_peak_mb_growth": round(last["beam_tree_peak_mb"]
+                                   - first["beam_tree_peak_mb"], 1),
+      "plain_peak_mb_growth": round(last["plain_tree_peak_mb"]
+                                    - first["plain_tree_peak_mb"], 1),
+      "by_n": results}
+
+
+def _bench_dask(args, sizes, repeats):
+  from estimator_tpu.beam import dask_cluster
+  results = []
+  with tempfile.TemporaryDirectory() as work_dir, \
+      dask_cluster.local_cluster(args.dask_workers, cwd=_ROOT) as address:
+    dask_args = ["--runner=DaskRunner", f"--dask_client_address={address}", *args.beam_arg]
+    sides = {"dask": ("beam", dask_args), "direct": ("beam", [])}
+    print(f"dask cluster: {args.dask_workers} single-threaded workers at {address}",
+          flush=True)
+    warm_dir = os.path.join(work_dir, "warm_up")
+    write_images(warm_dir, 100)
+    measure("beam", warm_dir, dask_args)  # The workers import TensorFlow.
+    for count, repeat in zip(sizes, repeats):
+      results.append(bench_size(count, repeat, sides, work_dir))
+  last, first = results[-1], results[0]
+  return {
+      "ratio": last["ratio"], "n": last["n"], "cpus": os.cpu_count(),
+      "dask_workers": args.dask_workers,
+      "load_average_1m": round(os.getloadavg()[0], 2),
+      "driver_peak_mb": {str(r["n"]): r["dask_self_hwm_mb"] for r in results},
+      "driver_peak_mb_growth": round(last["dask_self_hwm_mb"]
+                                     - first["dask_self_hwm_mb"], 1),
+      "direct_peak_mb_growth": round(last["direct_tree_peak_mb"]
+                                     - first["direct_tree_peak_mb"], 1),
+      "by_n": results}
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--sizes", default="1000,10000")
+  parser.add_argument("--runner", choices=["plain", "dask"], default="plain",
+                      help="plain: Beam (DirectRunner) vs a plain loop; dask: "
+                      "Beam on a local Dask cluster vs the DirectRunner")
+  parser.add_argument("--sizes", default=None,
+                      help="default 1000,10000 (plain) or 2000,20000 (dask)")
   parser.add_argument("--repeats", default="5,3",
                       help="repeats per size, comma-separated")
+  parser.add_argument("--dask_workers", type=int, default=2)
   parser.add_argument("--beam_arg", action="append", default=[],
                       help="extra Beam option, e.g. "
                       "--beam_arg=--direct_running_mode=multi_threading")
@@ -240,25 +310,12 @@ def main():
   if args.child:
     return _child_main(args.child, args.input_dir, args.output_dir,
                        args.beam_arg)
-  sizes = [int(s) for s in args.sizes.split(",")]
+  sizes = args.sizes or ("2000,20000" if args.runner == "dask" else "1000,10000")
+  sizes = [int(s) for s in sizes.split(",")]
   repeats = [int(r) for r in args.repeats.split(",")]
   repeats += repeats[-1:] * (len(sizes) - len(repeats))
-  results = []
-  with tempfile.TemporaryDirectory() as work_dir:
-    for count, repeat in zip(sizes, repeats):
-      results.append(bench_size(count, repeat, args.beam_arg, work_dir))
-  last = results[-1]
-  first = results[0]
-  summary = {
-      "ratio": last["ratio"], "n": last["n"], "cpus": os.cpu_count(),
-      "load_average_1m": round(os.getloadavg()[0], 2),
-      "beam_args": args.beam_arg or "preprocess.py defaults",
-      "beam_peak_mb_growth": round(last["beam_tree_peak_mb"]
-                                   - first["beam_tree_peak_mb"], 1),
-      "plain_peak_mb_growth": round(last["plain_tree_peak_mb"]
-                                    - first["plain_tree_peak_mb"], 1),
-      "by_n": results}
-  print(json.dumps(summary))
+  bench = _bench_dask if args.runner == "dask" else _bench_plain
+  print(json.dumps(bench(args, sizes, repeats)))
 
 
 if __name__ == "__main__":
