@@ -185,7 +185,7 @@ def test_dask_runner_by_its_short_name_with_its_options():
       "did you mean --dask_client_address?"]
   assert options.with_defaults(dask_args) == [
       "--runner=" + options.DASK_RUNNER, *dask_args[1:],
-      "--default_sdk_harness_log_level=ERROR", "--dask_partition_size=1"]
-  assert options.with_defaults(["--runner", "DaskRunner", "--dask_npartitions=4"]) == [
-      "--runner", options.DASK_RUNNER, "--dask_npartitions=4",
+      "--default_sdk_harness_log_level=ERROR", "--dask_npartitions=8"]
+  assert options.with_defaults(["--runner", "DaskRunner", "--dask_partition_size=4"]) == [
+      "--runner", options.DASK_RUNNER, "--dask_partition_size=4",
       "--default_sdk_harness_log_level=ERROR"]

@@ -22,9 +22,11 @@ DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 SHORT_RUNNER_NAMES = {"DaskRunner": DASK_RUNNER}
 _DASK_PREFIX = "--dask_"
 _DASK_PARTITION_FLAGS = ("--dask_npartitions", "--dask_partition_size")
-# One chunk of 64 inputs per Dask task, so that every worker gets work (Beam's
-# default puts 128 chunks, 8,192 images, in one task).
-DEFAULT_DASK_ARGS = ("--dask_partition_size=1",)
+# The chunks in 8 Dask tasks (Beam's default puts 128 chunks, 8,192 images, in
+# one task, so a small dataset runs on one worker). Each task costs a fixed
+# ~0.2 s: 3,000 images on 2 workers ran at 160 images/s with one chunk per
+# task, 249 with 16 tasks and 302 with 8. Bigger clusters: --dask_npartitions.
+DEFAULT_DASK_ARGS = ("--dask_npartitions=8",)
 
 
 def runner_name(args):
@@ -140,7 +142,7 @@ def with_defaults(args):
   """args for Beam: quiet workers; unless a runner is set, all-cores Direct.
 
   A short runner name Beam does not know (DaskRunner) becomes its module
-  path; the DaskRunner gets one chunk per task unless partitions are given.
+  path; the DaskRunner gets DEFAULT_DASK_ARGS unless partitions are given.
   """
   args = _with_full_runner_name(list(args))
   if not _given(args, (_LOG_LEVEL_FLAG,)):
