@@ -25,6 +25,7 @@ COMPAT_LINE = "from estimator_tpu.compat import tf"
 TF2_LINE = "from estimator_tpu.compat import tf2 as tf"
 # The line each program had before, by folder: TF 1.15's unless named here.
 ORIGINAL_LINES = {"albert_like": "import tensorflow.compat.v1 as tf",
+                  "mnasnet_like": "import tensorflow.compat.v1 as tf",
                   "tf2_estimators": "import tensorflow as tf"}
 BERT_CONFIG = {"vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
                "num_attention_heads": 2, "intermediate_size": 32,
@@ -167,7 +168,8 @@ def test_mnist_like_trains_evaluates_predicts_and_exports(mnist):
   assert outputs["probabilities"].shape == (4, 10) and outputs["class_ids"].shape == (4,)
 
 
-@pytest.mark.parametrize("program", ["bert", "resnet", "mnist", "efficientnet", "albert"])
+@pytest.mark.parametrize("program", ["bert", "resnet", "mnist", "efficientnet", "albert",
+                                     "mnasnet"])
 def test_runs_are_quiet(program, request):
   log = request.getfixturevalue(program)["log"]
   assert "is deprecated" not in log
@@ -251,6 +253,28 @@ def test_efficientnet_like_trains_with_its_batch_norm_subclass_and_exports(effic
   serve = tf.saved_model.load(os.path.join(efficientnet["export_dir"], version))
   outputs = serve.signatures["classify"](tf.zeros([2, 8, 8, 3]))
   np.testing.assert_allclose(outputs["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def mnasnet(tmp_path_factory):
+  root = tmp_path_factory.mktemp("mnasnet_like")
+  model_dir, export_dir = str(root / "model"), str(root / "export")
+  log = _run("mnasnet_like/mnasnet_main.py", f"--model_dir={model_dir}",
+             f"--export_dir={export_dir}", "--train_steps=10")
+  return {"model_dir": model_dir, "export_dir": export_dir, "log": log}
+
+
+def test_mnasnet_like_compat_v1_form_trains_its_batch_norm_subclass_and_exports(mnasnet):
+  model_dir = mnasnet["model_dir"]
+  results = _results(os.path.join(model_dir, "eval_results.txt"))
+  assert results["global_step"] == 10 and 0.0 <= results["top_1_accuracy"] <= 1.0
+  assert np.abs(tf.train.load_variable(model_dir, "stem_bn/moving_mean")).max() > 0
+  names = {name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(model_dir))}
+  assert "logits/kernel/ExponentialMovingAverage" in names
+  (version,) = os.listdir(mnasnet["export_dir"])
+  serve = tf.saved_model.load(os.path.join(mnasnet["export_dir"], version))
+  probabilities = serve.signatures["serving_default"](tf.zeros([2, 8, 8, 3]))["probabilities"]
+  np.testing.assert_allclose(probabilities.numpy().sum(axis=1), 1.0, rtol=1e-5)
 
 
 @pytest.fixture(scope="module")
