@@ -24,6 +24,8 @@ import importlib.abc
 import importlib.util
 import sys
 
+from estimator_tpu import _moved
+
 # TensorFlow's module name -> the stand-in that serves it.
 STANDINS = {
     "tensorflow.python.distribute.estimator_training":
@@ -51,22 +53,6 @@ def estimator_alias(fullname):
   return None
 
 
-class _AliasLoader(importlib.abc.Loader):
-  """Loads a name as another module, which keeps its own name and spec."""
-
-  def __init__(self, target):
-    self._target = target
-    self._spec = None
-
-  def create_module(self, spec):
-    module = importlib.import_module(self._target)
-    self._spec = module.__spec__
-    return module
-
-  def exec_module(self, module):
-    module.__spec__ = self._spec
-
-
 class _StandinLoader(importlib.abc.Loader):
   """Loads a TensorFlow module name as the stand-in module object itself."""
 
@@ -90,7 +76,8 @@ class StandinFinder(importlib.abc.MetaPathFinder):
     api = estimator_alias(fullname)
     if api is None or importlib.util.find_spec(api) is None:
       return None
-    return importlib.util.spec_from_loader(fullname, _AliasLoader(api), is_package=True)
+    loader = _moved.AliasLoader(lambda: importlib.import_module(api))
+    return importlib.util.spec_from_loader(fullname, loader, is_package=True)
 
 
 def install():
