@@ -17,6 +17,11 @@ LR_SCHEDULES = ("cosine", "step", "constant")
 MODES = ("train", "eval", "train_and_eval")
 STRATEGIES = ("none", "mirrored", "multi_worker")
 AUGMENT_ON = ("auto", "host", "device")
+# --eval_crop of a new run that does not give it: the central 224 of 256 at
+# photo sizes (as tensorflow/tpu and Keras' ImageNet recipes evaluate); small
+# images, like the 32 px digits, whole.
+EVAL_CROP = 0.875
+EVAL_CROP_MIN_IMAGE_SIZE = 128
 # A re-run may change how long or how fast it trains, never what it trains.
 IDENTITY_FIELDS = (("data", "image_size"), ("data", "num_label_classes"),
                    ("model", "model"), ("model", "resnet_depth"))
@@ -39,6 +44,8 @@ class DataConfig:
   image_size: int = 224
   cache: bool = False
   random_flip: bool = True
+  # 1.0 (the whole image) is what a config.json written before the key means.
+  eval_crop: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +147,7 @@ class Config:
     params = {
         "num_label_classes": d.num_label_classes,
         "image_size": d.image_size,
+        "eval_crop": d.eval_crop,
         "model": m.model,
         "resnet_depth": m.resnet_depth,
         "dropout_rate": m.dropout_rate,
@@ -171,6 +179,11 @@ class Config:
 
 
 RESERVED_PARAMS = ("batch_size", "context", "use_tpu")
+
+
+def default_eval_crop(image_size):
+  """--eval_crop of a new run that does not give it: EVAL_CROP at >= 128 px, else 1.0."""
+  return EVAL_CROP if image_size >= EVAL_CROP_MIN_IMAGE_SIZE else 1.0
 
 
 def augments_on_device(runtime):
@@ -244,6 +257,9 @@ def _validate_sizes(config):
   d, m, t, r = config.data, config.model, config.train, config.runtime
   _check(r.model_dir, "--model_dir is required")
   _check(d.image_size >= 8, f"--image_size={d.image_size} must be at least 8")
+  _check(0 < d.eval_crop <= 1,
+         f"--eval_crop={d.eval_crop} must be in (0, 1]: the central fraction of each side "
+         "evaluation and serving keep (1.0: the whole image)")
   _check(t.train_steps > 0, f"--train_steps={t.train_steps} must be positive")
   _check(t.steps_per_eval > 0, f"--steps_per_eval={t.steps_per_eval} must be positive")
   _check(t.train_batch_size > 0,

@@ -24,6 +24,10 @@ HELP = {
     "image_size": "Side of the square images fed to the network, in pixels.",
     "cache": "Cache decoded images in memory (before augmentation).",
     "random_flip": "Random left/right flips in training (turn off for digits or text).",
+    "eval_crop": "Central fraction of each image side that evaluation and the exported "
+                 "model keep before resizing (1.0: the whole image). Default: a model dir "
+                 "keeps its own (1.0 if it predates the flag); a new run takes 0.875 at "
+                 "--image_size >= 128, else 1.0.",
     "model": "Network: flowers (the Cloud TPU flowers CNN), resnet or tiny.",
     "resnet_depth": "ResNet depth: 18, 34 or 50.",
     "dropout_rate": "Dropout before the classifier.",
@@ -67,6 +71,9 @@ HELP = {
                   "(device with --use_tpu, else host).",
 }
 
+# Flags whose default is resolved per run (config_from_flags), not a field default.
+RESOLVED_DEFAULTS = {"eval_crop": None}
+
 _DEFINERS = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
              float: flags.DEFINE_float, str: flags.DEFINE_string}
 
@@ -83,8 +90,8 @@ def define_flags(flag_values=flags.FLAGS):
   """Defines one flag per Config field (call once, from an entry point)."""
   for _, field in _flag_fields():
     if field.name not in flag_values:
-      _DEFINERS[field.type](field.name, field.default, HELP[field.name],
-                            flag_values=flag_values)
+      default = RESOLVED_DEFAULTS.get(field.name, field.default)
+      _DEFINERS[field.type](field.name, default, HELP[field.name], flag_values=flag_values)
 
 
 def typed_flags(flag_values=flags.FLAGS):
@@ -112,6 +119,10 @@ def config_from_flags(flag_values=flags.FLAGS, saved=None):
   for section, field in _flag_fields():
     if field.name in typed:
       config = config.replace(section, **{field.name: typed[field.name]})
+  if saved is None and "eval_crop" not in typed:
+    # A new run crops at photo sizes; a model dir keeps what it was evaluated with.
+    config = config.replace(
+        "data", eval_crop=config_lib.default_eval_crop(config.data.image_size))
   return config.replace("data", num_train_examples=0, num_eval_examples=0)
 
 

@@ -25,11 +25,43 @@ def write_records(path, examples):
   return count
 
 
-def _digit_examples(images, labels, names, prefix):
-  for i, (image, label) in enumerate(zip(images, labels)):
-    yield schema.make_example(
-        datasets.encode_jpeg(image), int(label), names[label],
-        image.shape[0], image.shape[1], f"{prefix}/{i:04d}.jpg")
+def image_example(jpeg, label, class_names, name):
+  """A tf.train.Example of preprocess.py's schema for encoded JPEG bytes."""
+  height, width = tf.io.extract_jpeg_shape(jpeg).numpy()[:2]
+  return schema.make_example(jpeg, int(label), class_names[label], int(height), int(width),
+                             name)
+
+
+def write_dataset(out_dir, splits, class_names, write_manifest=True):
+  """Writes encoded images in preprocess.py's layout (shards, labels.txt, manifest.json).
+
+  Args:
+    out_dir: directory to write into (created).
+    splits: {split name: ([(jpeg bytes, label)], number of shards)}.
+    class_names: names in label order.
+    write_manifest: also write manifest.json (False mimics tensorflow/tpu's
+      jpeg_to_tf_record.py output, which has none).
+
+  Returns:
+    out_dir.
+  """
+  os.makedirs(out_dir, exist_ok=True)
+  manifest = {"splits": {}, "labels": list(class_names)}
+  for split, (images, num_shards) in splits.items():
+    shard_files = []
+    for shard in range(num_shards):
+      name = layout.shard_name(split, shard, num_shards)
+      write_records(os.path.join(out_dir, name), (
+          image_example(jpeg, label, class_names, f"{split}{shard}/{i:04d}.jpg")
+          for i, (jpeg, label) in enumerate(images[shard::num_shards])))
+      shard_files.append(name)
+    manifest["splits"][split] = {"count": len(images), "shards": shard_files}
+  with open(os.path.join(out_dir, layout.LABELS_FILE), "w") as f:
+    f.write(layout.format_labels(class_names))
+  if write_manifest:
+    with open(os.path.join(out_dir, layout.MANIFEST_FILE), "w") as f:
+      json.dump(manifest, f, indent=2)
+  return out_dir
 
 
 def write_digits_dataset(out_dir, num_train=200, num_eval=37, size=32,
@@ -48,27 +80,8 @@ def write_digits_dataset(out_dir, num_train=200, num_eval=37, size=32,
   Returns:
     out_dir.
   """
-  os.makedirs(out_dir, exist_ok=True)
   images, labels = datasets.digit_arrays(limit=num_train + num_eval, size=size)
-  names = datasets.digit_class_names()
-  splits = {
-      "train": (images[:num_train], labels[:num_train], train_shards),
-      "validation": (images[num_train:], labels[num_train:], 1),
-  }
-  manifest = {"splits": {}, "labels": names}
-  for split, (split_images, split_labels, num_shards) in splits.items():
-    shard_files = []
-    for shard in range(num_shards):
-      name = layout.shard_name(split, shard, num_shards)
-      write_records(os.path.join(out_dir, name), _digit_examples(
-          split_images[shard::num_shards], split_labels[shard::num_shards],
-          names, f"{split}{shard}"))
-      shard_files.append(name)
-    manifest["splits"][split] = {"count": int(len(split_images)),
-                                 "shards": shard_files}
-  with open(os.path.join(out_dir, layout.LABELS_FILE), "w") as f:
-    f.write(layout.format_labels(names))
-  if write_manifest:
-    with open(os.path.join(out_dir, layout.MANIFEST_FILE), "w") as f:
-      json.dump(manifest, f, indent=2)
-  return out_dir
+  encoded = [(datasets.encode_jpeg(image), int(label)) for image, label in zip(images, labels)]
+  return write_dataset(out_dir, {"train": (encoded[:num_train], train_shards),
+                                 "validation": (encoded[num_train:], 1)},
+                       datasets.digit_class_names(), write_manifest)

@@ -11,10 +11,12 @@ be read or decoded (checked before anything is sent), exit with 2.
 
 Building requests and parsing responses are pure functions, tested without a
 server. --signature=predict_images sends images preprocessed here with
-preprocess_for_eval, at the image size the server's model metadata gives
-(or --image_size); every other signature is sent the encoded bytes.
+preprocess_for_eval, with the central crop and image size the served model
+states (its `preprocessing` signature; an export without one resized the
+whole image, at the size its metadata gives, or --image_size); every other
+signature is sent the encoded bytes, which the model crops itself.
 
-About 320 lines for one idea, talking to TF Serving: the same three steps
+About 390 lines for one idea, talking to TF Serving: the same three steps
 (request, call, response) for two protocols, plus the model's metadata.
 """
 
@@ -175,6 +177,16 @@ def fetch_signature(server, model, protocol, signature, timeout=DEFAULT_TIMEOUT_
   Raises:
     ServingError: the server cannot be reached, or has no such model or signature.
   """
+  signatures, where = fetch_signatures(server, model, protocol, timeout)
+  return _signature_from_map(signatures, signature, where)
+
+
+def fetch_signatures(server, model, protocol, timeout=DEFAULT_TIMEOUT_SECS):
+  """(SignatureDefMap, where it came from) of the served model, from its metadata.
+
+  Raises:
+    ServingError: the server cannot be reached, or has no such model.
+  """
   signatures = get_model_metadata_pb2.SignatureDefMap()
   if protocol == "rest":
     url = rest_url(server, model).rsplit(":predict", 1)[0] + "/metadata"
@@ -188,7 +200,7 @@ def fetch_signature(server, model, protocol, signature, timeout=DEFAULT_TIMEOUT_
       raise ServingError(f"cannot reach {url}: {getattr(e, 'reason', e)}") from e
     json_format.ParseDict(body["metadata"]["signature_def"], signatures,
                           ignore_unknown_fields=True)
-    return _signature_from_map(signatures, signature, url)
+    return signatures, url
   request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
   request.model_spec.name = model
   with grpc.insecure_channel(server) as channel:
@@ -198,7 +210,7 @@ def fetch_signature(server, model, protocol, signature, timeout=DEFAULT_TIMEOUT_
     except grpc.RpcError as e:
       raise ServingError(f"gRPC {e.code().name} from {server}: {e.details()}") from e
   response.metadata["signature_def"].Unpack(signatures)
-  return _signature_from_map(signatures, signature, server)
+  return signatures, server
 
 
 def served_image_size(server, model, protocol, signature, timeout=DEFAULT_TIMEOUT_SECS):
@@ -208,6 +220,56 @@ def served_image_size(server, model, protocol, signature, timeout=DEFAULT_TIMEOU
   except ValueError as e:
     raise ServingError(f"--signature={signature} of model {model}: {e}; "
                        f"give --image_size") from e
+
+
+def call_signature(server, model, protocol, signature, inputs, timeout=DEFAULT_TIMEOUT_SECS):
+  """Runs a signature on encoded images; returns {output key: values of the first row}.
+
+  Raises:
+    ServingError: as post_rest / call_grpc.
+  """
+  if protocol == "rest":
+    text = post_rest(server, model, build_rest_body(inputs, signature), timeout)
+    try:
+      row = json.loads(text)["predictions"][0]
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError) as e:
+      raise ServingError(f"no predictions in the answer: {text[:200]!r}") from e
+    return {key: [value] for key, value in row.items()}
+  response = call_grpc(server, build_grpc_request(inputs, model, signature), timeout)
+  return {key: tf.make_ndarray(proto) for key, proto in response.outputs.items()}
+
+
+def served_preprocessing(server, model, protocol, signature, image_size=0,
+                         timeout=DEFAULT_TIMEOUT_SECS):
+  """The crop and size the served model's serving_default applies (contract.Preprocessing).
+
+  Asked of the model's `preprocessing` signature; an export without one
+  resized the whole image, at the size `signature`'s metadata gives (or
+  image_size, when given).
+
+  Raises:
+    ServingError: the server cannot be reached or answers something unusable,
+      or image_size disagrees with the size the model states.
+  """
+  signatures, where = fetch_signatures(server, model, protocol, timeout)
+  if contract.PREPROCESSING_SIGNATURE not in signatures.signature_def:
+    if not image_size:
+      try:
+        image_size = contract.image_size_of(_signature_from_map(signatures, signature, where))
+      except ValueError as e:
+        raise ServingError(f"--signature={signature} of model {model}: {e}; "
+                           f"give --image_size") from e
+    return contract.Preprocessing(image_size, contract.WHOLE_IMAGE)
+  outputs = call_signature(server, model, protocol, contract.PREPROCESSING_SIGNATURE, [b""],
+                           timeout)
+  try:
+    preprocessing = contract.preprocessing_of(outputs)
+  except ValueError as e:
+    raise ServingError(f"model {model} at {where}: {e}") from e
+  if image_size and image_size != preprocessing.image_size:
+    raise ServingError(f"--image_size={image_size}, but model {model} takes "
+                       f"{preprocessing.image_size} px images: leave --image_size out")
+  return preprocessing
 
 
 def call_grpc(server, request, timeout=DEFAULT_TIMEOUT_SECS):
@@ -245,12 +307,14 @@ def predict(inputs, server, model, protocol, signature=contract.SERVING_SIGNATUR
   return predictions
 
 
-def read_inputs(paths, signature=contract.SERVING_SIGNATURE, image_size=0):
+def read_inputs(paths, signature=contract.SERVING_SIGNATURE, image_size=0,
+                central_fraction=contract.WHOLE_IMAGE):
   """Reads the image files and checks that each decodes, before anything is sent.
 
   With server-side batching an undecodable image fails every request batched
   with it, so it is refused here. For predict_images signatures the images
-  are preprocessed here exactly as preprocess_for_eval does.
+  are preprocessed here exactly as preprocess_for_eval does, with the model's
+  image_size and central_fraction (served_preprocessing).
 
   Returns:
     [bytes], or [float32 array [image_size, image_size, 3]] for predict_images.
@@ -263,13 +327,16 @@ def read_inputs(paths, signature=contract.SERVING_SIGNATURE, image_size=0):
     try:
       with open(path, "rb") as f:
         image_bytes = f.read()
-      image = image_ops.decode_image(tf.constant(image_bytes))
+      if takes_images(signature):
+        inputs.append(image_ops.preprocess_for_eval(
+            tf.constant(image_bytes), image_size, central_fraction).numpy())
+      else:
+        image_ops.decode_image(tf.constant(image_bytes))
+        inputs.append(image_bytes)
     except OSError as e:
       raise InputError(f"cannot read {path}: {e.strerror or e}") from e
     except tf.errors.OpError as e:
       raise InputError(f"{path} is not a decodable image: {serving.error_reason(e)}") from e
-    inputs.append(image_ops.resize_for_eval(image, image_size).numpy()
-                  if takes_images(signature) else image_bytes)
   return inputs
 
 
@@ -282,8 +349,8 @@ def parse_args(argv):
   parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
   parser.add_argument("--signature", default=contract.SERVING_SIGNATURE)
   parser.add_argument("--image_size", type=int, default=0,
-                      help="image side for --signature=predict_images (default: the "
-                      "size the server's model metadata gives)")
+                      help="image side for --signature=predict_images, for an export "
+                      "that does not state it (default: what the served model states)")
   parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECS,
                       help="seconds to wait for each batch")
   parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG files")
@@ -299,16 +366,16 @@ def parse_args(argv):
 def main(argv=None):
   """Runs the client; returns the exit status (0 ok, 1 server error, 2 bad input)."""
   args = parse_args(argv)
-  image_size = args.image_size
-  if takes_images(args.signature) and not image_size:
+  preprocessing = contract.Preprocessing(args.image_size, contract.WHOLE_IMAGE)
+  if takes_images(args.signature):
     try:
-      image_size = served_image_size(args.server, args.model, args.protocol, args.signature,
-                                     args.timeout)
+      preprocessing = served_preprocessing(args.server, args.model, args.protocol,
+                                           args.signature, args.image_size, args.timeout)
     except ServingError as e:
       print(f"{PROG}: error: {e}", file=sys.stderr)
       return 1
   try:
-    inputs = read_inputs(args.images, args.signature, image_size)
+    inputs = read_inputs(args.images, args.signature, *preprocessing)
   except InputError as e:
     print(f"{PROG}: error: {e}", file=sys.stderr)
     return 2

@@ -169,6 +169,29 @@ def load_image(item):
     return None, f"cannot read {item.path}: {e.strerror or e}"
 
 
+def model_preprocessing(signatures):
+  """contract.Preprocessing of a loaded SavedModel's signatures: what serving_default does.
+
+  Asked of the `preprocessing` signature; an export without one resized the
+  whole image to its predict_images input's size.
+  """
+  if contract.PREPROCESSING_SIGNATURE in signatures:
+    outputs = signatures[contract.PREPROCESSING_SIGNATURE](
+        **{contract.IMAGE_BYTES: tf.constant([b""])})
+    return contract.preprocessing_of({key: value.numpy() for key, value in outputs.items()})
+  images = signatures[contract.PREDICT_IMAGES_SIGNATURE].structured_input_signature[1]
+  return contract.Preprocessing(int(images[contract.IMAGES].shape[1]), contract.WHOLE_IMAGE)
+
+
+def describe_preprocessing(preprocessing):
+  """One line: what the model does to an image before its network sees it."""
+  size = preprocessing.image_size
+  if preprocessing.central_fraction >= contract.WHOLE_IMAGE:
+    return f"the model resizes each whole image to {size}x{size} px"
+  return (f"the model keeps the central {preprocessing.central_fraction:g} of each image "
+          f"side (--eval_crop), resized to {size}x{size} px")
+
+
 class Predictor:
   """The SavedModel's serving_default signature, loaded once."""
 
@@ -180,6 +203,7 @@ class Predictor:
     self.num_classes = int(outputs[contract.PROBABILITIES].shape[-1])
     self.class_names = (contract.read_labels(saved_model_dir)
                         or [str(i) for i in range(self.num_classes)])
+    self.preprocessing = model_preprocessing(self._loaded.signatures)
 
   def _run(self, image_bytes_list):
     outputs = self._signature(**{contract.IMAGE_BYTES: tf.constant(image_bytes_list)})
@@ -334,6 +358,7 @@ def main(argv=None):
     print(f"{PROG}: error: {e}", file=sys.stderr)
     return 2
   predictor = Predictor(saved_model)
+  print(f"{PROG}: {saved_model}: {describe_preprocessing(predictor.preprocessing)}", flush=True)
   try:
     with open(args.output, "w", newline="") as f:
       stats = write_predictions(predictor, items, csv.writer(f), args.batch_size,

@@ -99,9 +99,10 @@ def _tensor_infos(block, kind):
   return {name: (dtype, shape) for name, dtype, shape in re.findall(pattern, block)}
 
 
-def test_saved_model_cli_shows_both_signatures(exported_model):
+def test_saved_model_cli_shows_the_three_signatures(exported_model):
   blocks = _signature_blocks(run_cli("show", "--all", "--dir", exported_model))
-  assert sorted(blocks) == [contract.PREDICT_IMAGES_SIGNATURE, contract.SERVING_SIGNATURE]
+  assert sorted(blocks) == [contract.PREDICT_IMAGES_SIGNATURE, contract.PREPROCESSING_SIGNATURE,
+                            contract.SERVING_SIGNATURE]
   outputs = {contract.PROBABILITIES: ("DT_FLOAT", f"(-1, {NUM_CLASSES})"),
              contract.CLASSID: ("DT_INT32", "(-1)"),
              contract.CLASS: ("DT_STRING", "(-1)")}
@@ -113,6 +114,11 @@ def test_saved_model_cli_shows_both_signatures(exported_model):
   assert _tensor_infos(images_block, "inputs") == {
       contract.IMAGES: ("DT_FLOAT", f"(-1, {IMAGE_SIZE}, {IMAGE_SIZE}, 3)")}
   assert _tensor_infos(images_block, "outputs") == outputs
+  preprocessing_block = blocks[contract.PREPROCESSING_SIGNATURE]
+  assert _tensor_infos(preprocessing_block, "inputs") == {
+      contract.IMAGE_BYTES: ("DT_STRING", "(-1)")}
+  assert _tensor_infos(preprocessing_block, "outputs") == {
+      contract.CENTRAL_FRACTION: ("DT_DOUBLE", "(-1)"), contract.IMAGE_SIZE: ("DT_INT32", "(-1)")}
   for block in blocks.values():
     assert "tensorflow/serving/predict" in block
 

@@ -1,8 +1,10 @@
 """Pure tensor functions: decode, preprocess_for_train and preprocess_for_eval.
 
 Evaluation and serving share preprocess_for_eval, so a served model sees
-exactly what evaluation saw; random augmentation happens only in training,
-never as layers of the network, so an exported model never augments.
+exactly what evaluation saw: the central crop of the run's --eval_crop (only
+that window of a JPEG is decoded), resized to the network's size. Random
+augmentation happens only in training, never as layers of the network, so an
+exported model never augments.
 
 Training works in two stages so the host does little per pixel: per image,
 decode only a random crop window of a JPEG and resize it to whole pixel
@@ -54,9 +56,63 @@ def resize_for_eval(image, image_size):
   return image
 
 
-def preprocess_for_eval(image_bytes, image_size):
-  """Encoded bytes -> normalized float32 [image_size, image_size, 3]."""
-  return resize_for_eval(decode_image(image_bytes), image_size)
+def central_window(image_shape, central_fraction):
+  """The centred window keeping central_fraction of each side, as tf.image.central_crop.
+
+  Args:
+    image_shape: int32 [2 or 3], the image's [height, width, ...].
+    central_fraction: Python float in (0, 1].
+
+  Returns:
+    int32 [4]: [offset_height, offset_width, height, width], at least 1x1,
+    the window tf.image.decode_and_crop_jpeg takes.
+  """
+  size = tf.cast(image_shape[:2], tf.float64)
+  offset = tf.cast(tf.floor((size - size * central_fraction) / 2.0), tf.int32)
+  window = tf.maximum(tf.cast(image_shape[:2], tf.int32) - 2 * offset, 1)
+  offset = tf.minimum(offset, tf.cast(image_shape[:2], tf.int32) - window)
+  return tf.concat([offset, window], axis=0)
+
+
+def decode_central_crop(image_bytes, central_fraction):
+  """Encoded bytes -> uint8 [crop_height, crop_width, 3], the central window.
+
+  A JPEG decodes only the window (decode_and_crop_jpeg: the same pixels as a
+  full decode then a slice, for less work); any other format decodes in full
+  and is sliced.
+
+  Args:
+    image_bytes: scalar string tensor.
+    central_fraction: Python float in (0, 1]; 1.0 is the whole image.
+  """
+  if central_fraction >= 1.0:
+    return decode_image(image_bytes)
+  is_jpeg = tf.io.is_jpeg(image_bytes)
+
+  def jpeg_crop():
+    shape = tf.io.extract_jpeg_shape(image_bytes, output_type=tf.int32)
+    return tf.image.decode_and_crop_jpeg(
+        image_bytes, central_window(shape, central_fraction), channels=3)
+
+  def other_crop():
+    image = decode_image(image_bytes)
+    return crop_to_window(image, central_window(tf.shape(image), central_fraction))
+
+  crop = tf.cond(is_jpeg, jpeg_crop, other_crop)
+  crop.set_shape([None, None, 3])
+  return crop
+
+
+def preprocess_for_eval(image_bytes, image_size, central_fraction=1.0):
+  """Encoded bytes -> normalized float32 [image_size, image_size, 3].
+
+  Args:
+    image_bytes: scalar string tensor of JPEG/PNG/GIF/BMP bytes.
+    image_size: side of the square output in pixels.
+    central_fraction: the centred part of each side kept before resizing
+      (--eval_crop; 0.875 keeps 224 of 256); 1.0 resizes the whole image.
+  """
+  return resize_for_eval(decode_central_crop(image_bytes, central_fraction), image_size)
 
 
 def sample_crop_window(image_shape, seed=None):

@@ -137,12 +137,13 @@ def _batches_to_augment_on_device(dataset, batch_size, random_flip, seed):
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
 
 
-def _eval_images(records, image_size, cache):
+def _eval_images(records, image_size, cache, central_fraction):
   """(preprocess_for_eval output, label) per record, in order: serving's preprocessing."""
 
   def preprocess(serialized):
     parsed = schema.parse_example(serialized)
-    return image_ops.preprocess_for_eval(parsed["image_bytes"], image_size), parsed["label"]
+    return (image_ops.preprocess_for_eval(parsed["image_bytes"], image_size, central_fraction),
+            parsed["label"])
 
   dataset = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
   return dataset.cache() if cache else dataset
@@ -171,7 +172,7 @@ def _pad_eval(dataset, image_size, num_examples, global_batch_size, num_hosts=1)
 
 def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
                   global_batch_size=None, cache=False, transpose_input=None,
-                  random_flip=True, seed=None, augment_on_device=None):
+                  random_flip=True, seed=None, augment_on_device=None, eval_crop=None):
   """Builds the input_fn TPUEstimator calls with params['batch_size'] per shard.
 
   Args:
@@ -194,6 +195,9 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
       bfloat16 pixel values 0..255 and `augmentation`, which the estimators
       of training/tpu_estimator.py apply before the model_fn sees them).
       None: params['augment_on_device'] (False when absent).
+    eval_crop: evaluation only: the central fraction of each side kept before
+      resizing (preprocess_for_eval's central_fraction; 1.0: the whole image).
+      None: params['eval_crop'] (1.0 when absent).
 
   Returns:
     input_fn(params) -> tf.data.Dataset of (features, labels). Features is a
@@ -220,7 +224,8 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
       dataset = _train_images(records, size, cache, seed)
       dataset = _augmented_batches(dataset, batch_size, random_flip, seed)
     else:
-      dataset = _eval_images(records, size, cache)
+      crop = params.get("eval_crop", 1.0) if eval_crop is None else eval_crop
+      dataset = _eval_images(records, size, cache, crop)
       hosts, _ = host_of(params.get("context"))
       dataset = _pad_eval(dataset, size, num_examples, global_batch_size, hosts)
       # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
@@ -236,13 +241,16 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
   return input_fn
 
 
-def make_predict_input_fn(image_bytes_list, image_size):
-  """input_fn for estimator.predict over a list of encoded images (no padding needed)."""
+def make_predict_input_fn(image_bytes_list, image_size, central_fraction=1.0):
+  """input_fn for estimator.predict over a list of encoded images (no padding needed).
+
+  central_fraction: as preprocess_for_eval's (the run's eval_crop).
+  """
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices(list(image_bytes_list))
-    dataset = dataset.map(
-        lambda b: {schema.IMAGE_KEY: image_ops.preprocess_for_eval(b, image_size)})
+    dataset = dataset.map(lambda b: {schema.IMAGE_KEY: image_ops.preprocess_for_eval(
+        b, image_size, central_fraction)})
     return dataset.batch(params.get("batch_size", 64))
 
   return input_fn

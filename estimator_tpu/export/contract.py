@@ -3,16 +3,26 @@
 One definition shared by the exporter, the warm-up writer, model_fn's
 predictions, the REST/gRPC client and the local batch predictor:
 
-  serving_default  inputs  image_bytes   string  [batch]  JPEG/PNG/GIF/BMP bytes
+  serving_default  inputs  image_bytes   string  [batch]  JPEG/PNG/GIF/BMP bytes,
+                                                  central crop and resize done inside
   predict_images   inputs  images        float32 [batch, image_size, image_size, 3]
-                   already preprocessed: image_ops.preprocess_for_eval's output
+                   already cropped, resized and normalized: the output of
+                   image_ops.preprocess_for_eval(bytes, image_size, central_fraction)
+                   with the model's central_fraction (below)
   both             outputs probabilities float32 [batch, num_classes]
                            classid       int32   [batch]
                            class         string  [batch]  (when class names are known)
+  preprocessing    inputs  image_bytes   string  [batch]  (any bytes; not decoded)
+                   outputs central_fraction float64 [batch]  the run's --eval_crop (exact)
+                           image_size       int32   [batch]
+                   what serving_default does to an image, for a client that
+                   preprocesses itself; one row per input, so TF Serving's REST
+                   row format carries it (exports without it resize the whole image)
 
 and assets.extra/ with TF Serving's warm-up requests and labels.txt.
 """
 
+import collections
 import os
 
 import tensorflow as tf
@@ -27,7 +37,19 @@ CLASS = "class"
 OUTPUT_KEYS = (PROBABILITIES, CLASSID, CLASS)
 SERVING_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 PREDICT_IMAGES_SIGNATURE = "predict_images"
-SIGNATURE_INPUTS = {SERVING_SIGNATURE: IMAGE_BYTES, PREDICT_IMAGES_SIGNATURE: IMAGES}
+PREPROCESSING_SIGNATURE = "preprocessing"
+CENTRAL_FRACTION = "central_fraction"
+IMAGE_SIZE = "image_size"
+PREPROCESSING_OUTPUTS = (CENTRAL_FRACTION, IMAGE_SIZE)
+SIGNATURE_INPUTS = {SERVING_SIGNATURE: IMAGE_BYTES, PREDICT_IMAGES_SIGNATURE: IMAGES,
+                    PREPROCESSING_SIGNATURE: IMAGE_BYTES}
+# The central fraction of an export that has no preprocessing signature: exports
+# made before it resized the whole image.
+WHOLE_IMAGE = 1.0
+
+# What serving_default does to an image before the network: keep the central
+# `central_fraction` of each side, resize to image_size x image_size.
+Preprocessing = collections.namedtuple("Preprocessing", [IMAGE_SIZE, CENTRAL_FRACTION])
 SAVED_MODEL_FILE = "saved_model.pb"
 ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -69,3 +91,24 @@ def image_size_of(signature_def):
   if len(dims) != 4 or dims[1] <= 0 or dims[1] != dims[2] or dims[3] != 3:
     raise ValueError(f"{IMAGES!r} has shape {dims}, not [batch, S, S, 3]")
   return dims[1]
+
+
+def preprocessing_of(outputs):
+  """Preprocessing from the preprocessing signature's outputs (one row each, any batch).
+
+  Args:
+    outputs: {CENTRAL_FRACTION: [batch] values, IMAGE_SIZE: [batch] values}
+      as arrays or lists, from a local call, a gRPC or a REST response.
+
+  Raises:
+    ValueError: an output is missing, empty or out of range.
+  """
+  missing = [key for key in PREPROCESSING_OUTPUTS if key not in outputs or not len(outputs[key])]
+  if missing:
+    raise ValueError(f"the {PREPROCESSING_SIGNATURE!r} signature gave no {missing}")
+  fraction = float(outputs[CENTRAL_FRACTION][0])
+  size = int(outputs[IMAGE_SIZE][0])
+  if not 0 < fraction <= 1 or size <= 0:
+    raise ValueError(f"the {PREPROCESSING_SIGNATURE!r} signature gave {CENTRAL_FRACTION}="
+                     f"{fraction}, {IMAGE_SIZE}={size}: not a crop in (0, 1] and a size")
+  return Preprocessing(size, fraction)
