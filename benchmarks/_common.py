@@ -24,6 +24,7 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import testing
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.training import host_loop
 from estimator_tpu.training import tpu_estimator as estimator_lib
 
 NUM_CLASSES = 10
@@ -146,18 +147,24 @@ def time_estimator_train(estimator, input_fn, batch_size, warmup_steps, steps):
   The steady-state window runs from the end of step warmup_steps to the end of
   the last step, so graph building, session creation, checkpoint restore and
   save, and the input pipeline's start (shuffle buffer fill) lie outside it.
+  Off TPU a session.run is iterations_per_loop steps (host_loop.py): both
+  counts must be multiples of it.
 
   Returns:
     The dict of call_figures().
   """
+  per_run = host_loop.steps_per_run(estimator)
+  if warmup_steps % per_run or steps % per_run:
+    raise ValueError(f"warm-up {warmup_steps} and timed {steps} steps must be multiples "
+                     f"of the {per_run} steps per session.run")
   hook = StepTimerHook()
   start = time.perf_counter()
   estimator.train(input_fn, steps=warmup_steps + steps, hooks=[hook])
   end = time.perf_counter()
-  if len(hook.marks) != warmup_steps + steps:
-    raise RuntimeError(f"expected {warmup_steps + steps} session runs, "
-                       f"the hook saw {len(hook.marks)}")
-  return call_figures((start, hook.session_ready, end), hook.marks[warmup_steps - 1],
+  if len(hook.marks) != (warmup_steps + steps) // per_run:
+    raise RuntimeError(f"expected {(warmup_steps + steps) // per_run} session runs of "
+                       f"{per_run} steps, the hook saw {len(hook.marks)}")
+  return call_figures((start, hook.session_ready, end), hook.marks[warmup_steps // per_run - 1],
                       hook.marks[-1], batch_size, (warmup_steps, steps))
 
 

@@ -503,3 +503,27 @@ def test_contrib_summary_host_call_pattern_writes_events(tmp_path):
             for e in tf.train.summary_iterator(str(path))]
   tagged = [(e.step, v.tag) for e in events for v in e.summary.value]
   assert (7, "loss") in tagged
+
+
+def test_contrib_summary_writer_made_in_a_loop_starts_before_it(tmp_path):
+  # Off TPU our host loop runs the host_call inside a while loop; the writer's
+  # initializer must be runnable before the loop's first step.
+  graph = tf.Graph()
+  with graph.as_default():
+    def body(step):
+      with tf.contrib.summary.create_file_writer(str(tmp_path)).as_default():
+        with tf.contrib.summary.always_record_summaries():
+          tf.contrib.summary.scalar("step", tf.cast(step, tf.float32), step=step)
+          ops = tf.contrib.summary.all_summary_ops()
+      with tf.control_dependencies(ops):
+        return step + 1
+
+    loop = tf.while_loop(lambda step: step < 3, body, [tf.constant(0, tf.int64)])
+    init = tf.contrib.summary.summary_writer_initializer_op()
+    assert len(init) == 1 and init[0].graph is graph
+    with tf.Session() as sess:
+      sess.run(init)
+      assert sess.run(loop) == 3
+      sess.run([tf.contrib.summary.flush(writer=op.inputs[0]) for op in init])
+  events = [e for path in tmp_path.iterdir() for e in tf.train.summary_iterator(str(path))]
+  assert sorted(e.step for e in events if e.summary.value) == [0, 1, 2]

@@ -271,13 +271,17 @@ TRAINING = {
 }
 
 _SUMMARY_MAPPED = (
-    "create_file_writer", "create_summary_file_writer",
+    "create_summary_file_writer",
     "always_record_summaries", "never_record_summaries",
     "record_summaries_every_n_global_steps", "scalar", "histogram", "image",
     "audio", "generic", "import_event", "summary_writer_initializer_op",
     "eval_dir")
 
 SUMMARY = {
+    "create_file_writer": reimplemented(
+        _C + "summary:create_file_writer",
+        "TF 1.15's writer, built in tf.init_scope(): a host_call may run inside "
+        "a loop (off TPU, --iterations_per_loop steps per session.run)."),
     **{name: mapped(_SUMMARY_V2 + name, _SUMMARY_NOTE)
        for name in _SUMMARY_MAPPED},
     "should_record_summaries": mapped(

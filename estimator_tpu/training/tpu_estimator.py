@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from estimator_tpu import stacks
 from estimator_tpu.training import device_augmentation
+from estimator_tpu.training import host_loop
 from estimator_tpu.training import model_fn as model_fn_lib
 from estimator_tpu.training import strategy_estimator
 
@@ -87,7 +88,7 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
   warm_start = t.warm_start_from or None
   if r.strategy != "none":
     return strategy_estimator.build_distributed_estimator(config, params, model_fn)
-  return stacks.tpu.TPUEstimator(
+  return host_loop.TPUEstimator(
       model_fn=model_fn,
       config=build_run_config(config, resolver_fn),
       params=params,
