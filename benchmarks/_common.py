@@ -47,7 +47,7 @@ def write_digits(out_dir, jpeg_size):
 
 
 def make_config(model_dir, image_size, batch_size, iterations_per_loop,
-                train_steps=100000, model="flowers", resnet_depth=50):
+                train_steps=100000, model="flowers", resnet_depth=50, host_loop=False):
   """A validated Config: flowers CNN (or ResNet), momentum at a constant learning rate.
 
   A constant schedule makes the learning rate one number both sides share:
@@ -62,7 +62,7 @@ def make_config(model_dir, image_size, batch_size, iterations_per_loop,
                    lr_schedule="constant", seed=1,
                    save_checkpoints_steps=NO_PERIODIC_CHECKPOINTS)
           .replace("runtime", model_dir=model_dir, use_tpu=False,
-                   iterations_per_loop=iterations_per_loop)
+                   iterations_per_loop=iterations_per_loop, host_loop=host_loop)
           .validate())
 
 

@@ -1,7 +1,7 @@
-"""Accuracy of central-crop vs whole-image evaluation, on photos whose object does not fill the frame.
+"""Accuracy of central-crop vs whole-image evaluation, on photos whose object leaves a margin.
 
-    python benchmarks/bench_eval_crop.py [--train_photos=640] [--eval_photos=320]
-        [--image_size=128] [--steps=240] [--batch_size=32] [--repeats=5]
+    python benchmarks/bench_eval_crop.py [--train_photos=480] [--eval_photos=240]
+        [--image_size=64] [--steps=300] [--batch_size=32] [--repeats=5]
 
 Generates photo-sized JPEGs (400x300, textured background as _photos.py draws
 it) each holding one object whose shape is its class (disc, square, triangle,

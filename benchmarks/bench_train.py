@@ -12,9 +12,11 @@ global batch, with Nesterov momentum at the same constant learning rate, the
 same cross-entropy and the same L2 weight decay:
   estimator: estimator.build_estimator + model_fn.model_fn (host_call
     summaries every step, logging and step-counter hooks, checkpoint at the
-    end of each train() call), as train.py runs it on CPU: iterations_per_loop
-    steps per session.run (training/host_loop.py);
-  keras: Model.fit with steps_per_execution = iterations_per_loop, accuracy
+    end of each train() call), as `train.py --host_loop` runs it on CPU:
+    iterations_per_loop steps per session.run (training/host_loop.py; with
+    iterations_per_loop=1, as train.py runs by default);
+  keras: Model.fit with steps_per_execution = iterations_per_loop (Keras'
+    opt-in counterpart of --host_loop), accuracy
     as a metric, no callbacks but the timer, no XLA (as on the estimator side).
 Each repeat is one train()/fit() call of warmup_steps + steps, the sides
 alternating which goes first. Steady-state images/s times the last `steps`
@@ -176,7 +178,8 @@ def make_sides(args, work_dir):
     pattern = _common.write_digits(os.path.join(work_dir, "data"), args.image_size)
   config = _common.make_config(os.path.join(work_dir, "model"), args.image_size,
                                args.batch_size, args.iterations_per_loop,
-                               model=args.model, resnet_depth=args.resnet_depth)
+                               model=args.model, resnet_depth=args.resnet_depth,
+                               host_loop=True)
   estimator = _common.build_estimator(config)
   input_fn = _common.train_input_fn(config, pattern)
   network = build_keras(config)

@@ -95,6 +95,7 @@ class RuntimeConfig:
   strategy: str = "none"
   eval_timeout_secs: int = 3600
   augment_on: str = "auto"
+  host_loop: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,8 +59,11 @@ HELP = {
     "cores_per_host": "TPU cores each host of a pod slice feeds: 8 on v2/v3/v5e, 4 on v4.",
     "tpu_topology": "The TPU's accelerator type (v3-8, v4-32, v5litepod-8, ...): sets "
                     "--num_cores (and --cores_per_host) unless they are given.",
-    "iterations_per_loop": "Training steps per session.run (host round trip), on a TPU "
-                           "and, with the TPUEstimator, on CPU/GPU too.",
+    "iterations_per_loop": "Steps run on the TPU per session.run (host round trip); on "
+                           "CPU/GPU too with --host_loop.",
+    "host_loop": "Off TPU, train --iterations_per_loop steps per session.run in a loop, as a "
+                 "TPU does (less per-step overhead for small steps; the model_fn must follow "
+                 "the TPU rules, and a stop or a checkpoint waits for the loop in flight).",
     "summary_every_n_steps": "Write the train/* summaries (host_call) every N steps; on a TPU "
                              "the host_call outfeed then runs every N steps only.",
     "use_bfloat16": "Compute in bfloat16 on TPU (ignored elsewhere).",

@@ -195,9 +195,7 @@ def test_a_stop_in_training_hands_over_once_the_step_in_flight_is_on_disk(tmp_pa
   # Handed over with the step just saved, which is the newest checkpoint on disk.
   assert len(calls) == 1
   signal_name, step, on_disk = calls[0]
-  # The signal came after session run 3; off TPU each run is a loop of iterations_per_loop steps.
-  per_run = config.runtime.iterations_per_loop
-  assert signal_name == "SIGTERM" and 3 * per_run <= step <= 4 * per_run and on_disk == step
+  assert signal_name == "SIGTERM" and 3 <= step <= 4 and on_disk == step
 
 
 def test_a_stop_in_evaluation_hands_over_at_once_and_writes_no_eval_summary(tmp_path, digits_dir):

@@ -36,9 +36,10 @@ def _input_fn(digits_dir):
                                       random_flip=False, seed=1)
 
 
-def _estimator(model_dir, iterations_per_loop, model_fn=model_fn_lib.model_fn, **train):
+def _estimator(model_dir, iterations_per_loop, model_fn=model_fn_lib.model_fn, host_loop=True,
+               **train):
   config = tiny_config(model_dir, **train).replace(
-      "runtime", iterations_per_loop=iterations_per_loop).validate()
+      "runtime", iterations_per_loop=iterations_per_loop, host_loop=host_loop).validate()
   stacks.keras.utils.set_random_seed(1)  # the same initial weights on every call
   return estimator_lib.build_estimator(config, model_fn=model_fn)
 
@@ -126,6 +127,12 @@ def test_one_iteration_per_loop_and_evaluation_run_the_model_fn_as_it_is(tmp_pat
   assert results["global_step"] == 2 and results["num_eval_examples"] == 37
 
 
+def test_without_the_flag_each_run_is_one_step(tmp_path, digits_dir):
+  estimator = _estimator(tmp_path, 3, host_loop=False, train_steps=4)
+  assert host_loop.steps_per_run(estimator) == 1
+  assert _train(estimator, digits_dir, steps=4) == [1, 2, 3, 4]
+
+
 def test_no_loop_on_a_tpu(tmp_path):
   config = tiny_config(tmp_path).replace("runtime", use_tpu=True, iterations_per_loop=5)
   run_config = estimator_lib.build_run_config(config, resolver_fn=lambda runtime: None)
@@ -140,7 +147,7 @@ def test_v1_summaries_in_the_loop_are_refused_with_the_fix(tmp_path, digits_dir)
     return spec
 
   estimator = _estimator(tmp_path, 2, model_fn=model_fn)
-  with pytest.raises(ValueError, match="tf.compat.v1.summary.*--iterations_per_loop=1"):
+  with pytest.raises(ValueError, match="tf.compat.v1.summary.*leave out --host_loop"):
     estimator.train(_input_fn(digits_dir), steps=2)
 
 

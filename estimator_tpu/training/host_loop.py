@@ -1,8 +1,8 @@
-"""Off TPU, --iterations_per_loop training steps per session.run: the model_fn in a loop, as on TPU.
+"""--host_loop: off TPU, --iterations_per_loop training steps per session.run, as on a TPU.
 
 On a TPU, TPUEstimator runs iterations_per_loop steps per session.run (a
 while loop over the infeed); on CPU and GPU it runs one step per
-session.run, and every run pays the host's round trip: the hooks' Python,
+session.run (the default here too), and every run pays the host's round trip: the hooks' Python,
 the executor's start, and the threads idling while the step's last ops drain
 (about a tenth of a 30 ms step of the flowers CNN on 2 cores;
 benchmarks/bench_train.py). `host_loop.TPUEstimator` runs the same loop on the
@@ -14,7 +14,9 @@ set by its TPU stop hook, bounds the loop so that train(steps=...) and
 max_steps end on the exact step. The hooks see such a run as they see a
 TPU's: the global step advances by up to iterations_per_loop per
 session.run, and checkpoints, logging and a preemption stop happen between
-loops.
+loops (so keep a loop well under the 30 s a preempted VM allows). It is
+opt-in, like Keras' steps_per_execution: the gain is the per-step overhead
+of small steps, and the price is what follows.
 
 What the model_fn must allow, as on a TPU: variables created with callable
 initializers (Keras layers, tf.compat.v1.get_variable), summaries written
@@ -22,7 +24,8 @@ with tf.summary in its host_call (tf.compat.v1.summary ops in it are
 rejected when the graph is built, as are writers it would create inside the
 loop: tf.summary.create_file_writer and our tf.contrib.summary one create
 theirs outside), and training_hooks that fetch nothing
-the model_fn creates. --iterations_per_loop=1 keeps one step per session.run.
+the model_fn creates. Without --host_loop (or with --iterations_per_loop=1)
+training runs one step per session.run.
 """
 
 import tensorflow as tf
@@ -47,16 +50,18 @@ def steps_per_run(estimator):
 
 
 class TPUEstimator(stacks.tpu.TPUEstimator):
-  """TPUEstimator that, off TPU, trains iterations_per_loop steps per session.run.
+  """TPUEstimator that, off TPU with host_loop=True (--host_loop), trains
+  iterations_per_loop steps per session.run.
 
-  `host_loop_iterations` is that number (1: one step per session.run, or a TPU).
+  `host_loop_iterations` is that number (1: one step per session.run, the
+  default, or a TPU).
   The class keeps TPUEstimator's name: Estimator refuses subclasses that
   override its members, except by that name (TPUEstimator's own override of
   _convert_train_steps_to_hooks, for its TPU loop, is the one extended here).
   """
 
-  def __init__(self, model_fn, config, use_tpu=True, **kwargs):
-    self.host_loop_iterations = loop_iterations(config, use_tpu)
+  def __init__(self, model_fn, config, use_tpu=True, host_loop=False, **kwargs):
+    self.host_loop_iterations = loop_iterations(config, use_tpu) if host_loop else 1
     if self.host_loop_iterations > 1:
       model_fn = with_host_loop(model_fn)
     super().__init__(model_fn=model_fn, config=config, use_tpu=use_tpu, **kwargs)
@@ -130,10 +135,10 @@ def _check_no_v1_summaries(before):
   added = sorted(s.deref().op.name for s in _v1_summaries() - before)
   if added:
     raise ValueError(
-        f"the model_fn created tf.compat.v1.summary ops ({', '.join(added)}); off TPU with "
-        "--iterations_per_loop > 1 it runs inside a loop of that many steps per "
+        f"the model_fn created tf.compat.v1.summary ops ({', '.join(added)}); with "
+        "--host_loop it runs inside a loop of that many steps per "
         "session.run, as on a TPU, where they cannot be fetched: write them with "
-        "tf.summary in a host_call, or set --iterations_per_loop=1")
+        "tf.summary in a host_call, or leave out --host_loop")
 
 
 def _check_writers_outside(graph):
@@ -142,9 +147,9 @@ def _check_writers_outside(graph):
   if inside:
     raise ValueError(
         f"the host_call created a summary writer inside the loop ({', '.join(inside)}); "
-        "off TPU with --iterations_per_loop > 1 it runs inside a loop of that many steps "
+        "with --host_loop it runs inside a loop of that many steps "
         "per session.run, where the writer could not be started: create it with "
-        "tf.summary.create_file_writer, or set --iterations_per_loop=1")
+        "tf.summary.create_file_writer, or leave out --host_loop")
 
 
 def _training_loop(call, next_batch, default_iterations):
@@ -195,9 +200,9 @@ def with_host_loop(model_fn):
     spec, loss = _training_loop(call, next_batch, iterations)
     if not isinstance(spec, stacks.tpu.TPUEstimatorSpec):
       raise ValueError(
-          f"the model_fn returned a {type(spec).__name__}; off TPU with "
-          "--iterations_per_loop > 1 it runs in a loop, as on a TPU, and must return a "
-          "TPUEstimatorSpec (or set --iterations_per_loop=1)")
+          f"the model_fn returned a {type(spec).__name__}; with "
+          "--host_loop it runs in a loop, as on a TPU, and must return a "
+          "TPUEstimatorSpec (or leave out --host_loop)")
     return stacks.tpu.TPUEstimatorSpec(
         mode=mode, loss=loss, train_op=loss.op, scaffold_fn=spec.scaffold_fn,
         training_hooks=[*spec.training_hooks, SummaryWriterHook()])
