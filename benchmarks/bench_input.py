@@ -4,7 +4,7 @@
         [--batch_size=32] [--batches=200] [--train_steps=60] [--repeats=5]
         [--synthetic]
     python benchmarks/bench_input.py --photos [--image_size=224] [--photo_count=320]
-        [--batches=40] [--repeats=5]
+        [--photo_size=500x375] [--batches=60] [--repeats=5] [--full_decode]
 
 Writes the digits as jpeg_size JPEGs with estimator_tpu.testing and measures,
 alternating the sides within each of `repeats` rounds:
@@ -25,22 +25,36 @@ machine may be shared). The last line is one JSON object; `ratio` is input ÷
 train images/s (the input is not the bottleneck when it is >= 3) and
 `input_over_single_threaded` input ÷ single-threaded images/s.
 
-With --photos: photo_count generated 500x375 textured JPEGs (~70 KB, see
+With --photos: photo_count generated textured JPEGs (500x375, ~70 KB, like a
+photo of that size; --photo_size=2000x1500 for phone-sized ones; see
 _photos.py) cropped and resized to image_size, alternating:
-  ours: the training dataset of make_input_fn as a TPU run gets it
-    (--augment_on=auto is device with --use_tpu): decode of the crop window,
-    bilinear resize to bfloat16 pixel values, each image's flip, brightness
-    and contrast drawn; the accelerator applies them in the model_fn;
-  ours_host: the same with --augment_on=host (the default off TPU): the
-    host also runs flip, colour jitter and normalization, one XLA pass per
-    batch, and feeds float32;
-  full_decode: the training input as it was before, rebuilt here: every JPEG
-    decoded in full, the decoded images shuffled, then per image crop,
-    antialiased resize, flip, brightness, contrast and normalization;
+  ours_host: the training dataset of make_input_fn with --augment_on=host (the
+    default off TPU): per image, decode of the crop window only (at a reduced
+    DCT scale when the window is >= 2x image_size on both sides) and bilinear
+    resize to whole pixel values; per batch, flip, colour jitter and
+    normalization in one XLA pass; feeds float32;
+  reference: tensorflow/tpu's 2018 ResNet training input, written here from
+    its published algorithm (reference_dataset): a sample_distorted_bounding_
+    box window of 8-100% of the area, aspect 3/4-4/3, 10 attempts, with the
+    central-crop fallback; decode_and_crop_jpeg, bicubic resize, random flip;
+    files interleaved in parallel, records shuffled, map-and-batch with
+    drop_remainder, prefetch. It feeds float32 pixel values 0..255 (its
+    model_fn normalizes), so it does less than ours_host: no colour jitter,
+    no normalization;
+  ours_device: make_input_fn as a TPU run gets it (--augment_on=auto is
+    device with --use_tpu): the same crops as bfloat16 pixel values and each
+    image's flip, brightness and contrast draws; the accelerator applies them
+    in the model_fn;
   ceiling: tf.io.decode_jpeg alone, parallel, over the same records (read,
-    parse, decode; nothing else).
-`ratio` is ours ÷ full_decode images/s; `ours_over_ceiling` ours ÷ ceiling;
-the `ours_host_` figures are the same for ours_host.
+    parse, decode of the whole image; nothing else);
+  full_decode (with --full_decode): the training input as it was before
+    decode-and-crop, rebuilt here: every JPEG decoded in full, the decoded
+    images shuffled, then per image crop, antialiased resize, flip,
+    brightness, contrast and normalization.
+The last line is one JSON object: `ratio` is ours_host ÷ reference images/s,
+`ours_host_over_ceiling`, `ours_device_over_reference` and the other
+`<a>_over_<b>` ratios of medians; the `_cpu` variants are the same per CPU
+second, the fairer figure when the machine is shared.
 """
 
 import argparse
@@ -132,24 +146,30 @@ def parse_args():
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--batches", type=int, default=None,
                       help="timed batches per input measurement (default 200, "
-                           "40 with --photos)")
+                           "60 with --photos)")
   parser.add_argument("--train_steps", type=int, default=60,
                       help="timed steps per training measurement")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--synthetic", action="store_true",
                       help="also time training on one cached batch")
   parser.add_argument("--photos", action="store_true",
-                      help="500x375 photo JPEGs: ours vs full decode vs decode ceiling")
+                      help="photo JPEGs: ours_host vs the reference vs the decode ceiling")
   parser.add_argument("--photo_count", type=int, default=320)
+  parser.add_argument("--photo_size", default=f"{_photos.WIDTH}x{_photos.HEIGHT}",
+                      help="with --photos: WIDTHxHEIGHT of the generated JPEGs")
   parser.add_argument("--full_decode", action="store_true",
                       help="with --photos: also time the input before decode-and-crop")
   args = parser.parse_args()
   if args.image_size is None:
     args.image_size = 224 if args.photos else 32
   if args.batches is None:
-    args.batches = 40 if args.photos else 200
+    args.batches = 60 if args.photos else 200
   if args.batches <= 0 or args.train_steps <= 0:
     parser.error("--batches and --train_steps must be positive")
+  try:
+    args.photo_width, args.photo_height = (int(n) for n in args.photo_size.split("x"))
+  except ValueError:
+    parser.error(f"--photo_size={args.photo_size} must be WIDTHxHEIGHT, e.g. 2000x1500")
   return args
 
 
@@ -249,7 +269,7 @@ def _reference_central_window(shape, image_size):
   """The central square of image_size / (image_size + 32) of the shorter side."""
   height, width = shape[0], shape[1]
   side = tf.cast(image_size / (image_size + REFERENCE_CROP_PADDING)
-                 * tf.cast(tf.minimum(height, width), tf.float64), tf.int32)
+                 * tf.cast(tf.minimum(height, width), tf.float32), tf.int32)
   return tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
 
 
@@ -310,7 +330,8 @@ def ceiling_dataset(file_pattern, batch_size):
 
 def make_photo_sides(args, work_dir):
   pattern, mean_bytes = _photos.write_photo_records(
-      os.path.join(work_dir, "photos"), count=args.photo_count)
+      os.path.join(work_dir, "photos"), count=args.photo_count,
+      width=args.photo_width, height=args.photo_height)
   size, b, seed = args.image_size, args.batch_size, 1
   datasets = {
       "ours_host": input_pipeline.make_input_fn(
@@ -339,7 +360,7 @@ PHOTO_RATIOS = (
 
 
 def summarize_photos(runs, args, load_start, mean_bytes):
-  result = {"photos": args.photo_count, "photo_size": f"{_photos.WIDTH}x{_photos.HEIGHT}",
+  result = {"photos": args.photo_count, "photo_size": args.photo_size,
             "mean_jpeg_bytes": round(mean_bytes), "image_size": args.image_size,
             "batch_size": args.batch_size, "batches": args.batches,
             "repeats": args.repeats, "cpus": os.cpu_count(),
@@ -362,7 +383,7 @@ def main_photos(args):
   load_start = _common.load_average()
   with tempfile.TemporaryDirectory() as work_dir:
     sides, mean_bytes = make_photo_sides(args, work_dir)
-    print(f"{args.photo_count} {_photos.WIDTH}x{_photos.HEIGHT} JPEGs (mean "
+    print(f"{args.photo_count} {args.photo_size} JPEGs (mean "
           f"{mean_bytes / 1000:.1f} KB) -> {args.image_size}x{args.image_size}, batch "
           f"{args.batch_size}; {args.batches} timed batches per run", flush=True)
     runs = _common.alternate(sides, args.repeats, report)
