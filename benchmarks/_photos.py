@@ -1,4 +1,4 @@
-"""Generated photo-sized JPEG records for the benchmarks: textured 500x375 images, no downloads."""
+"""Generated photo-sized JPEG records for the benchmarks: textured images, no downloads."""
 
 import io
 import os
@@ -37,18 +37,19 @@ def jpeg_bytes(array):
   return buffer.getvalue()
 
 
-def write_photo_records(out_dir, count=320, num_classes=10, shards=4, seed=0):
-  """Writes `count` photo JPEGs as preprocess.py's training shards.
+def write_photo_records(out_dir, count=320, num_classes=10, shards=4, seed=0,
+                        width=WIDTH, height=HEIGHT):
+  """Writes `count` width x height photo JPEGs as preprocess.py's training shards.
 
   Returns:
     (training file pattern, mean JPEG size in bytes).
   """
   os.makedirs(out_dir, exist_ok=True)
   rng = np.random.default_rng(seed)
-  jpegs = [jpeg_bytes(photo_array(rng)) for _ in range(count)]
+  jpegs = [jpeg_bytes(photo_array(rng, width, height)) for _ in range(count)]
   for shard in range(shards):
     examples = [schema.make_example(jpegs[i], i % num_classes, str(i % num_classes),
-                                    HEIGHT, WIDTH, f"photo{i}.jpg")
+                                    height, width, f"photo{i}.jpg")
                 for i in range(shard, count, shards)]
     testing.write_records(os.path.join(out_dir, layout.shard_name("train", shard, shards)),
                           examples)

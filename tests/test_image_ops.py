@@ -225,3 +225,86 @@ def test_train_preprocessing_of_png_and_jpeg_agree_in_a_dataset_map():
       # Any crop of the red ramp (60..160) keeps red well inside the pixel range.
       red = image[..., 0] * image_ops.STDDEV_RGB[0] + image_ops.MEAN_RGB[0]
       assert 0.0 <= red.min() and red.max() <= 255.0 and red.std() > 5.0
+
+
+# --- training decodes: merged chroma upsampling, reduced DCT scale ---------------------------
+
+
+def test_dct_scale_needs_the_window_twice_the_target_on_both_sides():
+  windows = [[0, 0, 63, 500], [5, 5, 64, 64], [0, 0, 127, 200], [0, 0, 128, 130],
+             [3, 0, 300, 255], [0, 9, 256, 256], [0, 0, 4000, 3000]]
+  expected = [1, 2, 2, 4, 4, 8, 8]
+  eager = [int(image_ops.dct_scale(tf.constant(w), 32)) for w in windows]
+  mapped = [int(s) for s in tf.data.Dataset.from_tensor_slices(windows).map(
+      lambda w: image_ops.dct_scale(w, 32))]
+  assert eager == mapped == expected
+
+
+def test_a_scaled_window_is_the_same_region_of_the_scaled_decode():
+  data = tf.constant(_encoded(_photo_array(), "JPEG"))
+  for scale in (2, 4):
+    # The scaled image is ceil(150 / scale) x ceil(200 / scale).
+    whole = tf.io.decode_jpeg(data, channels=3, ratio=scale, fancy_upscaling=False).numpy()
+    for window in ([0, 0, 150, 200], [17, 33, 101, 151], [1, 3, 146, 193]):
+      top, left, height, width = image_ops.scale_window(tf.constant(window), scale).numpy()
+      # The smallest scaled window covering the original one.
+      assert top * scale <= window[0] < (top + 1) * scale
+      assert left * scale <= window[1] < (left + 1) * scale
+      assert (top + height) * scale >= window[0] + window[2] > (top + height - 1) * scale
+      assert (left + width) * scale >= window[1] + window[3] > (left + width - 1) * scale
+      crop = image_ops._decode_jpeg_window(data, tf.constant(window), scale).numpy()
+      np.testing.assert_array_equal(crop, whole[top:top + height, left:left + width])
+
+
+def _exact_and_training_decodes(data, window, image_size):
+  """(exact decode+crop+resize, the training decode resized, antialiased exact) as float."""
+  exact_crop = tf.image.decode_and_crop_jpeg(data, window, channels=3)
+  exact = image_ops.resize_crop(exact_crop, image_size).numpy().astype(float)
+  scale = image_ops.dct_scale(window, image_size)
+  training = image_ops.resize_crop(image_ops._decode_jpeg_window(data, window, int(scale)),
+                                   image_size).numpy().astype(float)
+  smooth = tf.image.resize(exact_crop, [image_size, image_size], antialias=True).numpy()
+  return exact, training, smooth, int(scale)
+
+
+def test_training_decode_is_within_the_documented_tolerance_of_the_exact_decode():
+  data = tf.constant(_encoded(_photo_array(grain=10.0), "JPEG"))
+  windows = [[0, 0, 150, 200], [10, 20, 130, 150], [3, 41, 140, 131], [25, 7, 110, 160]]
+  for image_size in (80, 32, 16):
+    for window in windows:
+      exact, training, smooth, scale = _exact_and_training_decodes(
+          data, tf.constant(window), image_size)
+      difference = np.abs(training - exact)
+      if scale == 1:
+        # Merged chroma upsampling only (image_ops.JPEG_FANCY_UPSCALING).
+        assert image_size == 80
+        assert difference.mean() < 1.5 and difference.max() <= 24
+        assert np.abs(training.mean() - exact.mean()) < 0.5
+      else:
+        # The reduced decode smooths what the exact path's 2-8x bilinear
+        # shrink aliases: it is the closer of the two to an antialiased resize.
+        assert image_size in (32, 16) and scale in (2, 4, 8)
+        assert difference.mean() < 6.0
+        assert np.abs(training.mean() - exact.mean()) < 2.0
+        assert np.abs(training - smooth).mean() < np.abs(exact - smooth).mean()
+
+
+def _crop_shapes(image_bytes, seed, count, image_size=None):
+  dataset = tf.data.Dataset.from_tensors(image_bytes).repeat(count).map(
+      lambda b: tf.shape(image_ops.decode_random_crop(b, seed, image_size))[:2])
+  return np.array([s.numpy() for s in dataset])
+
+
+def test_the_same_seed_takes_the_same_windows_at_any_decode_scale():
+  data = tf.constant(_encoded(_photo_array(), "JPEG"))
+  full = _crop_shapes(data, 7, 40)
+  scaled = _crop_shapes(data, 7, 40, image_size=32)
+  scales = [int(image_ops.dct_scale(tf.constant([0, 0, *shape]), 32)) for shape in full]
+  assert set(scales) == {2, 4}
+  for shape, new, scale in zip(full, scaled, scales):
+    # The covering scaled window of each full-size window: at most one pixel more a side.
+    assert np.all(new >= np.ceil(shape / scale)) and np.all(new <= shape / scale + 2)
+  mapped = tf.data.Dataset.from_tensors(data).map(
+      lambda b: image_ops.preprocess_for_train(b, 32))
+  assert mapped.element_spec.shape == (32, 32, 3)
+  assert next(iter(mapped)).shape == (32, 32, 3)

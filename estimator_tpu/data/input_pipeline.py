@@ -91,8 +91,10 @@ def _train_images(records, image_size, cache, seed, dtype=tf.uint8):
   """Shuffled, repeated ([image_size, image_size, 3] random crop of dtype, label) pairs.
 
   The shuffle buffer holds serialized records, not decoded images, and each
-  JPEG decodes only its crop window. With `cache`, every image is decoded in
-  full once and cropped from memory in each epoch instead.
+  JPEG decodes only its crop window, at a reduced DCT scale when the window
+  is at least twice image_size (image_ops.decode_random_crop). With `cache`,
+  every image is decoded in full, exactly, once and cropped from memory in
+  each epoch instead.
   """
   if cache:
     dataset = records.map(_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
@@ -104,7 +106,7 @@ def _train_images(records, image_size, cache, seed, dtype=tf.uint8):
 
   def decode_crop(serialized):
     parsed = schema.parse_example(serialized)
-    crop = image_ops.decode_random_crop(parsed["image_bytes"], seed)
+    crop = image_ops.decode_random_crop(parsed["image_bytes"], seed, image_size)
     return image_ops.resize_crop(crop, image_size, dtype), parsed["label"]
 
   dataset = records.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
