@@ -2,6 +2,7 @@
 
     python benchmarks/bench_eval_crop.py [--train_photos=480] [--eval_photos=240]
         [--image_size=64] [--steps=300] [--batch_size=32] [--repeats=5]
+        [--compare_decode]
 
 Generates photo-sized JPEGs (400x300, textured background as _photos.py draws
 it) each holding one object whose shape is its class (disc, square, triangle,
@@ -15,9 +16,19 @@ then evaluates the same checkpoint twice with the project's eval input:
 The last line is one JSON object: the medians over repeats of both
 accuracies, `ratio` = crop ÷ whole accuracy (medians), `difference` the median
 of the per-repeat crop - whole differences, and how many repeats each won.
+
+With --compare_decode the two sides are instead two trainings per seed,
+both evaluated with the 0.875 crop:
+  fast: the training input as it is (JPEG windows decoded with merged chroma
+    upsampling, at a reduced DCT scale when the window is at least twice
+    image_size: at 64 px most windows of these photos are);
+  exact: the same input with libjpeg's default (fancy) upsampling at full
+    scale, as training decoded before;
+and `ratio` is fast ÷ exact accuracy: what the faster decode costs, if anything.
 """
 
 import argparse
+import contextlib
 import io
 import os
 import tempfile
@@ -28,8 +39,10 @@ import _photos
 import numpy as np
 from PIL import Image
 from PIL import ImageDraw
+import tensorflow as tf
 
 from estimator_tpu import testing
+from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
 
 SHAPES = ("disc", "square", "triangle", "cross")
@@ -76,7 +89,19 @@ def write_data(out_dir, train_photos, eval_photos):
   return testing.write_dataset(out_dir, splits, list(SHAPES))
 
 
-def train_and_evaluate(args, data_dir, model_dir, seed):
+@contextlib.contextmanager
+def exact_training_decode():
+  """While the training graph is built: full-scale decodes with fancy upsampling."""
+  fancy, dct_scale = image_ops.JPEG_FANCY_UPSCALING, image_ops.dct_scale
+  image_ops.JPEG_FANCY_UPSCALING = True
+  image_ops.dct_scale = lambda window, image_size: tf.constant(1)
+  try:
+    yield
+  finally:
+    image_ops.JPEG_FANCY_UPSCALING, image_ops.dct_scale = fancy, dct_scale
+
+
+def train_and_evaluate(args, data_dir, model_dir, seed, crops=None, exact_decode=False):
   """{side: accuracy} of one model trained with `seed`, evaluated with each crop."""
   config = _common.make_config(model_dir, args.image_size, args.batch_size,
                                iterations_per_loop=args.steps, train_steps=args.steps)
@@ -85,11 +110,13 @@ def train_and_evaluate(args, data_dir, model_dir, seed):
           .replace("train", seed=seed, lr_schedule="cosine")
           .validate())
   estimator = _common.build_estimator(config)
-  estimator.train(input_pipeline.make_input_fn(
-      os.path.join(data_dir, "train-*"), True, args.image_size, seed=seed),
-      max_steps=args.steps)
+  decode = exact_training_decode() if exact_decode else contextlib.nullcontext()
+  with decode:
+    estimator.train(input_pipeline.make_input_fn(
+        os.path.join(data_dir, "train-*"), True, args.image_size, seed=seed),
+        max_steps=args.steps)
   accuracies = {}
-  for side, crop in CROPS.items():
+  for side, crop in (crops or CROPS).items():
     eval_fn = input_pipeline.make_input_fn(
         os.path.join(data_dir, "validation-*"), False, args.image_size,
         num_examples=args.eval_photos, global_batch_size=args.batch_size, eval_crop=crop)
@@ -107,7 +134,23 @@ def parse_args():
   parser.add_argument("--steps", type=int, default=300)
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--compare_decode", action="store_true",
+                      help="fast vs exact training decode, both evaluated with the crop")
   return parser.parse_args()
+
+
+def run_repeat(args, data_dir, work_dir, repeat):
+  """{side: accuracy} of one seed."""
+  model_dir = os.path.join(work_dir, f"m{repeat}")
+  if not args.compare_decode:
+    return train_and_evaluate(args, data_dir, model_dir, seed=repeat + 1)
+  crop = {"crop": CROPS["crop"]}
+  sides = [("fast", False), ("exact", True)]
+  if repeat % 2:  # alternate which trains first
+    sides.reverse()
+  return {side: train_and_evaluate(args, data_dir, f"{model_dir}{side}", repeat + 1, crop,
+                                   exact_decode=exact)["crop"]
+          for side, exact in sides}
 
 
 def main():
@@ -121,25 +164,26 @@ def main():
           f"photos, {len(SHAPES)} shapes; {args.steps} steps of batch {args.batch_size} at "
           f"{args.image_size} px per repeat", flush=True)
     for repeat in range(args.repeats):
-      accuracies = train_and_evaluate(args, data_dir, os.path.join(work_dir, f"m{repeat}"),
-                                      seed=repeat + 1)
+      accuracies = run_repeat(args, data_dir, work_dir, repeat)
       runs.append(accuracies)
-      print(f"  seed {repeat + 1}: crop {accuracies['crop']:.4f}  whole "
-            f"{accuracies['whole']:.4f}", flush=True)
+      print(f"  seed {repeat + 1}: " + "  ".join(
+          f"{side} {value:.4f}" for side, value in accuracies.items()), flush=True)
   result = {"train_photos": args.train_photos, "eval_photos": args.eval_photos,
             "photo_size": f"{WIDTH}x{HEIGHT}", "image_size": args.image_size,
             "steps": args.steps, "batch_size": args.batch_size, "repeats": args.repeats,
             "cpus": os.cpu_count(), "load_average_1min_start": load_start,
             "load_average_1min_end": _common.load_average()}
-  for side in CROPS:
+  first, second = ("fast", "exact") if args.compare_decode else ("crop", "whole")
+  result["compared"] = f"{first} vs {second}"
+  for side in (first, second):
     result[f"{side}_accuracy"] = round(_common.median(runs, side), 4)
-  result["ratio"] = round(result["crop_accuracy"] / result["whole_accuracy"], 3)
-  result["difference"] = round(float(np.median([r["crop"] - r["whole"] for r in runs])), 4)
-  result["crop_wins"] = sum(r["crop"] > r["whole"] for r in runs)
-  result["whole_wins"] = sum(r["whole"] > r["crop"] for r in runs)
-  print(f"accuracy, median of {args.repeats}: crop {result['crop_accuracy']:.4f}, whole "
-        f"{result['whole_accuracy']:.4f}; crop/whole {result['ratio']:.3f}, median "
-        f"difference {result['difference']:+.4f}")
+  result["ratio"] = round(result[f"{first}_accuracy"] / result[f"{second}_accuracy"], 3)
+  result["difference"] = round(float(np.median([r[first] - r[second] for r in runs])), 4)
+  result[f"{first}_wins"] = sum(r[first] > r[second] for r in runs)
+  result[f"{second}_wins"] = sum(r[second] > r[first] for r in runs)
+  print(f"accuracy, median of {args.repeats}: {first} {result[f'{first}_accuracy']:.4f}, "
+        f"{second} {result[f'{second}_accuracy']:.4f}; {first}/{second} "
+        f"{result['ratio']:.3f}, median difference {result['difference']:+.4f}")
   _common.print_json(result)
 
 
