@@ -17,6 +17,9 @@ LR_SCHEDULES = ("cosine", "step", "constant")
 MODES = ("train", "eval", "train_and_eval")
 STRATEGIES = ("none", "mirrored", "multi_worker")
 AUGMENT_ON = ("auto", "host", "device")
+# What runs the model_fn: TPUEstimator's TF 1 sessions, or tf.functions under a
+# tf.distribute strategy (training/distribute_engine.py); auto picks per run.
+ENGINES = ("auto", "estimator", "distribute")
 # --eval_crop of a new run that does not give it: the central 224 of 256 at
 # photo sizes (as tensorflow/tpu and Keras' ImageNet recipes evaluate); small
 # images, like the 32 px digits, whole.
@@ -96,6 +99,8 @@ class RuntimeConfig:
   eval_timeout_secs: int = 3600
   augment_on: str = "auto"
   host_loop: bool = False
+  engine: str = "auto"
+  jit_compile: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +252,11 @@ def _validate_choices(config):
   _check(r.mode in MODES, f"--mode={r.mode} is not one of {', '.join(MODES)}")
   _check(r.strategy in STRATEGIES,
          f"--strategy={r.strategy} is not one of {', '.join(STRATEGIES)}")
+  _check(r.engine in ENGINES, f"--engine={r.engine} is not one of {', '.join(ENGINES)}")
+  _check(not (r.jit_compile and r.engine == "estimator"),
+         "--jit_compile is for --engine=distribute (TPUEstimator compiles for a TPU itself)")
+  _check(not (r.engine == "distribute" and r.strategy == "multi_worker" and r.mode != "train"),
+         "--strategy=multi_worker needs --mode=train on every worker")
   _check(r.augment_on in AUGMENT_ON,
          f"--augment_on={r.augment_on} is not one of {', '.join(AUGMENT_ON)}")
   _check(not (r.use_tpu and r.strategy != "none"),

@@ -69,6 +69,12 @@ HELP = {
     "use_bfloat16": "Compute in bfloat16 on TPU (ignored elsewhere).",
     "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",
     "strategy": "none, mirrored (all local GPUs) or multi_worker (TF_CONFIG).",
+    "engine": "What runs the model_fn: estimator (TPUEstimator, TF 1 sessions: CPU, GPU, "
+              "TPU v2-v4), distribute (tf.functions under a tf.distribute strategy: "
+              "TPUStrategy with --use_tpu, any TPU including v5e/v5p/v6e on PJRT) or auto "
+              "(distribute on a PJRT TPU, else estimator). Saved in config.json.",
+    "jit_compile": "--engine=distribute: compile each replica's step with XLA on CPU/GPU, "
+                   "the program a TPU would run.",
     "eval_timeout_secs": "--mode=eval: stop after this long with no new checkpoint.",
     "augment_on": "Where training flips, colour-jitters and normalizes: host (the input "
                   "pipeline), device (inside the model_fn, on the accelerator) or auto "

@@ -9,11 +9,13 @@ offer train/evaluate/predict, so loop.py does not know which it drives.
 """
 
 import logging
+import os
 
 import tensorflow as tf
 
 from estimator_tpu import stacks
 from estimator_tpu.training import device_augmentation
+from estimator_tpu.training import distribute_engine
 from estimator_tpu.training import host_loop
 from estimator_tpu.training import model_fn as model_fn_lib
 from estimator_tpu.training import strategy_estimator
@@ -84,8 +86,11 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
   if r.use_bfloat16 and not r.use_tpu:
     log.warning("--use_bfloat16 applies only on TPU; computing in float32 here")
   params = build_params(config, class_names)
+  user_model_fn = model_fn
   model_fn = device_augmentation.with_device_augmentation(model_fn)
   warm_start = t.warm_start_from or None
+  if r.engine == "distribute":
+    return build_distribute_engine(config, params, model_fn, resolver_fn, user_model_fn)
   if r.strategy != "none":
     return strategy_estimator.build_distributed_estimator(config, params, model_fn)
   return host_loop.TPUEstimator(
@@ -100,3 +105,77 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
       eval_on_tpu=r.eval_on_tpu,
       export_to_tpu=False,
       warm_start_from=warm_start)
+
+
+# TPU generations that TensorFlow reaches only through PJRT (no stream-executor runtime).
+PJRT_ONLY_TPUS = ("v5", "v6", "v7")
+
+
+def pjrt_tpu(runtime, environ=os.environ):
+  """Whether --use_tpu's TPU runs TensorFlow only through PJRT (v5e, v5p, v6e, Colab/Kaggle)."""
+  if not runtime.use_tpu:
+    return False
+  if environ.get("PJRT_DEVICE", "").upper() == "TPU":
+    return True
+  accelerator = (runtime.tpu_topology or environ.get("TPU_ACCELERATOR_TYPE", "")).lower()
+  return accelerator.startswith(PJRT_ONLY_TPUS)
+
+
+def resolve_engine(runtime, environ=os.environ):
+  """(engine, why): --engine, or for auto the distribute engine on a PJRT TPU, else estimator."""
+  if runtime.engine != "auto":
+    return runtime.engine, f"--engine={runtime.engine}"
+  if pjrt_tpu(runtime, environ):
+    return "distribute", "--engine=auto: the TPU runs TensorFlow through PJRT"
+  return "estimator", "--engine=auto"
+
+
+def make_strategy(config, resolver_fn=tpu_cluster_resolver):
+  """The strategy of the distribute engine: TPUStrategy, --strategy's, or the default one."""
+  r = config.runtime
+  if r.use_tpu:
+    resolver = resolver_fn(r)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+  if r.strategy != "none":
+    strategy_estimator.check_multi_worker_mode(r)
+    return strategy_estimator.make_strategy(r.strategy)
+  gpus = tf.config.list_logical_devices("GPU")
+  return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+
+
+def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_resolver,
+                            export_model_fn=None):
+  """The DistributeEstimator for config (--engine=distribute).
+
+  Its SavedModel is exported by build_estimator(export_model_fn) off TPU,
+  from the engine's checkpoint.
+  """
+  t, r = config.train, config.runtime
+  strategy = make_strategy(config, resolver_fn)
+  replicas = strategy.num_replicas_in_sync
+  if replicas > 1:
+    strategy_estimator.check_replica_batches(t, r.strategy if not r.use_tpu else "tpu", replicas)
+  export_config = config.replace("runtime", use_tpu=False, strategy="none", engine="estimator",
+                                 jit_compile=False)
+  return distribute_engine.DistributeEstimator(
+      model_fn, params, strategy, r.model_dir, t.train_batch_size, t.eval_batch_size,
+      use_tpu=r.use_tpu, iterations_per_loop=r.iterations_per_loop,
+      save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
+      jit_compile=r.jit_compile, seed=t.seed or None, warm_start_from=t.warm_start_from or None,
+      summary_every_n_steps=t.summary_every_n_steps,
+      export_estimator_fn=lambda: build_estimator(
+          export_config, params.get("class_names"), model_fn=export_model_fn or model_fn))
+
+
+def describe_engine(estimator):
+  """'distribute (MirroredStrategy, 2 replicas)' or 'estimator (TPUEstimator on CPU/GPU)'."""
+  if isinstance(estimator, distribute_engine.DistributeEstimator):
+    return f"distribute ({estimator.describe()})"
+  if isinstance(estimator, strategy_estimator.DistributedEstimator):
+    strategy = estimator.config.train_distribute
+    return (f"estimator (Estimator, {type(strategy).__name__}, "
+            f"{strategy.num_replicas_in_sync} replicas)")
+  where = "TPU" if estimator._ctx.is_running_on_cpu() is False else "CPU/GPU"  # pylint: disable=protected-access
+  return f"estimator (TPUEstimator on {where})"

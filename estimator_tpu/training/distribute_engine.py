@@ -1,0 +1,524 @@
+"""--engine=distribute: the TPUEstimator contract in tf.functions under a tf.distribute strategy.
+
+TPUEstimator drives a TPU through TF 1 sessions and the stream-executor TPU
+runtime, which only TPUs v2-v4 offer; TPUs on the PJRT runtime (v5e, v5p,
+v6e) run TensorFlow only through `tf.distribute.TPUStrategy`. This engine
+runs the same `input_fn(params)` and `model_fn(features, labels, mode,
+params)` returning a TPUEstimatorSpec there, and on CPUs and GPUs:
+
+- training calls one tf.function per `iterations_per_loop` steps (a loop
+  inside the function, as TPUEstimator loops on the TPU); each step runs the
+  model_fn on every replica (`strategy.run`), its host_call on the host
+  with the replicas' tensors concatenated, as TPUEstimator's outfeed does;
+- the TF 1 model code keeps its variables through tf1_variables.VariableStore
+  (made once, as the strategy's variables, with the estimator's names), so
+  a checkpoint of either engine restores into the other;
+- gradients are combined across replicas exactly once, by the strategy, as
+  the mean of the replicas' gradients (CrossShardOptimizer's MEAN; its
+  CrossReplicaSum is left out, the strategy does that sum: optimizer_rules);
+- evaluation runs the model_fn per replica and its eval_metrics' metric_fn
+  once on the host over the concatenated tensors, as TPUEstimator does;
+- checkpoints are the Saver's name-based `model.ckpt-N`; the SavedModel is
+  exported by the estimator from the same checkpoint (export/saved_model.py).
+
+The engine presents train / evaluate / predict / export_saved_model as the
+estimators of tpu_estimator.py do, so loop.py does not know which it drives.
+SessionRunHooks run at the loop's edges (begin, before_run/after_run once
+per loop, end); a hook that asks to fetch graph tensors is refused with its
+name (distribute_hooks.py).
+"""
+
+import contextlib
+import os
+import time
+import warnings
+
+import tensorflow as tf
+from tensorflow.python.ops import summary_ops_v2
+
+from estimator_tpu import stacks
+from estimator_tpu.training import distribute_hooks
+from estimator_tpu.training import optimizer_rules
+from estimator_tpu.training import strategy_estimator
+from estimator_tpu.training import tf1_variables
+
+ModeKeys = stacks.ModeKeys
+KEEP_CHECKPOINTS = strategy_estimator.KEEP_CHECKPOINTS
+CHECKPOINT_NAME = "model.ckpt"
+EVAL_DIR = "eval"
+
+
+class HostContext:
+  """params['context'] of an input_fn: which host of how many (TPUEstimator's PER_HOST_V2)."""
+
+  def __init__(self, input_context):
+    self.num_hosts = input_context.num_input_pipelines if input_context else 1
+    self.current_host = input_context.input_pipeline_id if input_context else 0
+    self.num_replicas = input_context.num_replicas_in_sync if input_context else 1
+
+
+def _call_model_fn(model_fn, features, labels, mode, params):
+  return strategy_estimator.call_model_fn(model_fn, features, labels, mode, params)
+
+
+def _host_call_ops(host_call):
+  """Runs a host_call (fn, tensors) here; the tensors are already the replicas' concatenated."""
+  fn, tensors = host_call
+  result = fn(**tensors) if isinstance(tensors, dict) else fn(*tensors)
+  return [x for x in tf.nest.flatten(result) if isinstance(x, (tf.Tensor, tf.Operation))]
+
+
+class DistributeEstimator:
+  """Runs a TPUEstimator model_fn and its input_fns in tf.functions under `strategy`.
+
+  Args:
+    model_fn: model_fn(features, labels, mode, params[, config]) returning a
+      TPUEstimatorSpec (or an EstimatorSpec).
+    params: the run's params (config.to_params() and class names).
+    strategy: a tf.distribute strategy (the default one on one device).
+    model_dir: where checkpoints and summaries go.
+    train_batch_size, eval_batch_size, predict_batch_size: global batches.
+    use_tpu: what params['use_tpu'] says to the model_fn (TPUStrategy).
+    iterations_per_loop: training steps per call of the training function.
+    save_checkpoints_steps: steps between checkpoints.
+    jit_compile: compile each replica's step with XLA.
+    seed: the global random seed (RunConfig's tf_random_seed), or None.
+    warm_start_from: a checkpoint whose trainable variables start a new run.
+    export_estimator_fn: () -> the estimator that exports the SavedModel.
+  """
+
+  def __init__(self, model_fn, params, strategy, model_dir, train_batch_size,
+               eval_batch_size, predict_batch_size=None, use_tpu=False,
+               iterations_per_loop=100, save_checkpoints_steps=100, jit_compile=False,
+               seed=None, warm_start_from=None, export_estimator_fn=None,
+               summary_every_n_steps=100):
+    self._model_fn = model_fn
+    self.params = dict(params)
+    self.strategy = strategy
+    self.model_dir = model_dir
+    self._batches = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
+                     ModeKeys.PREDICT: predict_batch_size or eval_batch_size}
+    self._use_tpu = use_tpu
+    self._iterations = iterations_per_loop
+    self._save_steps = save_checkpoints_steps
+    self._jit = jit_compile
+    self._seed = seed
+    self._warm_start_from = warm_start_from
+    self._export_estimator_fn = export_estimator_fn
+    self._summary_every_n = max(1, summary_every_n_steps)
+    self._store = tf1_variables.VariableStore(strategy)
+    self._functions = {}
+    self._saver = None
+    self.host_loop_iterations = iterations_per_loop
+
+  @property
+  def num_replicas(self):
+    return self.strategy.num_replicas_in_sync
+
+  def describe(self):
+    """'TPUStrategy, 8 replicas, jit_compile': what runs the model_fn."""
+    parts = [type(self.strategy).__name__,
+             f"{self.num_replicas} replica{'s' if self.num_replicas != 1 else ''}"]
+    if self._jit:
+      parts.append("jit_compile")
+    return ", ".join(parts)
+
+  # The pieces every mode shares.
+
+  def _params(self, mode, input_context=None):
+    params = dict(self.params, batch_size=self._batches[mode] // self.num_replicas,
+                  use_tpu=self._use_tpu)
+    if input_context is not None:
+      params["context"] = HostContext(input_context)
+    return params
+
+  def _dataset(self, input_fn, mode):
+    """The input_fn's dataset distributed over the replicas, one input_fn call per host."""
+
+    def dataset_fn(input_context):
+      with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
+        dataset = input_fn(self._params(mode, input_context))
+      if not isinstance(dataset, tf.data.Dataset):
+        raise ValueError(
+            f"the input_fn returned a {type(dataset).__name__}; --engine=distribute needs a "
+            "tf.data.Dataset of (features, labels) batches of params['batch_size']")
+      return dataset
+
+    if self._seed is not None:
+      tf.random.set_seed(self._seed)
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+    return self.strategy.distribute_datasets_from_function(dataset_fn, options)
+
+  @contextlib.contextmanager
+  def _keeping_writers(self):
+    """Summary writers a traced host_call creates live as long as the engine.
+
+    tf.summary.create_file_writer inside a tf.function makes its writer
+    outside it, and the writer's resource goes when the Python object does:
+    the engine keeps each one, as the estimator's graph kept its writers.
+    """
+    kept = self.__dict__.setdefault("_kept_writers", [])
+    cls = summary_ops_v2._ResourceSummaryWriter  # pylint: disable=protected-access
+    original = cls.__init__
+
+    def init(writer, *args, **kwargs):
+      original(writer, *args, **kwargs)
+      kept.append(writer)
+
+    cls.__init__ = init
+    try:
+      yield
+    finally:
+      cls.__init__ = original
+
+  def _replica_spec(self, features, labels, mode):
+    """The model_fn's spec for one replica, its variables from the store."""
+    with self._store.scope(), optimizer_rules.applied(self.strategy), \
+        warnings.catch_warnings():
+      warnings.filterwarnings("ignore", message=".*layer.updates.*")
+      tf.compat.v1.train.get_or_create_global_step()
+      spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode))
+    return spec
+
+  def _function(self, name, python_fn):
+    if name not in self._functions:
+      self._functions[name] = tf.function(python_fn, autograph=False)
+    return self._functions[name]
+
+  def _replica_fn(self, fn):
+    return tf.function(fn, autograph=False, jit_compile=True) if self._jit else fn
+
+  def _global_step(self):
+    step = self._store.variables.get(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+    return int(step.numpy()) if step is not None else 0
+
+  # Checkpoints.
+
+  def _checkpoint_saver(self):
+    if self._saver is None:
+      self._saver = tf.compat.v1.train.Saver(
+          var_list=self._store.global_variables(), max_to_keep=KEEP_CHECKPOINTS,
+          save_relative_paths=True)
+      state = tf.train.get_checkpoint_state(self.model_dir)
+      if state is not None:
+        self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
+    return self._saver
+
+  def _restore(self, checkpoint_path=None):
+    """Restores the given or newest checkpoint; returns its path (None: fresh start)."""
+    path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
+    if path:
+      self._checkpoint_saver().restore(None, path)
+      return path
+    if self._warm_start_from:
+      self._warm_start()
+    return None
+
+  def _warm_start(self):
+    """Trainable variables from --warm_start_from, by name (the Estimator's default)."""
+    path = self._warm_start_from
+    if tf.io.gfile.isdir(path):
+      path = tf.train.latest_checkpoint(path)
+    names = set(dict(tf.train.list_variables(path)))
+    trainable = {name: v for name, v in self._store.global_variables().items()
+                 if v.trainable and name in names}
+    tf.compat.v1.train.Saver(var_list=trainable).restore(None, path)
+
+  def _save(self, listeners):
+    step = self._global_step()
+    for listener in listeners:
+      listener.before_save(None, step)
+    tf.io.gfile.makedirs(self.model_dir)
+    self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
+                                  global_step=step, write_meta_graph=False)
+    stop = False
+    for listener in listeners:
+      stop = bool(listener.after_save(None, step)) or stop
+    return stop
+
+  # Training.
+
+  def _train_function(self):
+    def step_fn(features, labels):
+      spec = self._replica_spec(features, labels, ModeKeys.TRAIN)
+      if spec.train_op is None or spec.loss is None:
+        raise ValueError("the model_fn returned no train_op or no loss in TRAIN mode")
+      host_call = getattr(spec, "host_call", None)
+      with tf.control_dependencies([spec.train_op]):
+        loss = tf.identity(spec.loss)
+      host_tensors = host_call[1] if host_call else []
+      return loss, host_tensors, host_call
+
+    def train_loop(iterator, steps):
+      def body(i, unused_loss):
+        features, labels = iterator.get_next()
+        with self._store.replicas():
+          results = {}
+
+          def replica(features, labels):
+            loss, host_tensors, host_call = step_fn(features, labels)
+            results["host_call"] = host_call
+            return loss, host_tensors
+
+          loss, host_tensors = self.strategy.run(self._replica_fn(replica),
+                                                 args=(features, labels))
+        loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+        host_call = results["host_call"]
+        writes = []
+        if host_call is not None:
+          writes = self._run_host_call(host_call[0], host_tensors)
+        with tf.control_dependencies(writes):
+          return i + 1, tf.identity(loss)
+
+      _, loss = tf.while_loop(lambda i, _: i < steps, body,
+                              [tf.constant(0), tf.constant(0.0)], parallel_iterations=1)
+      return loss
+
+    return self._function("train", train_loop)
+
+  def _run_host_call(self, fn, tensors):
+    """host_call fn on the host, over the replicas' tensors concatenated on axis 0."""
+    joined = tf.nest.map_structure(
+        lambda t: self.strategy.gather(t, axis=0) if t.shape.rank else
+        self.strategy.gather(tf.reshape(t, [1]), axis=0), tensors)
+    with self._store.scope(), self._keeping_writers():
+      return _host_call_ops((fn, joined))
+
+  def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
+    """Trains to max_steps (or for steps more); checkpoints every save_checkpoints_steps."""
+    if steps is not None and max_steps is not None:
+      raise ValueError("give steps or max_steps, not both")
+    with self.strategy.scope():
+      return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+
+  def _train(self, input_fn, hooks, steps, max_steps, saving_listeners):
+    listeners = list(saving_listeners or [])
+    runner = distribute_hooks.HookRunner(hooks or [], ModeKeys.TRAIN)
+    iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
+    function = self._train_function()
+    function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))  # makes the variables
+    self._restore()
+    step = self._global_step()
+    last = max_steps if max_steps is not None else (
+        step + steps if steps is not None else float("inf"))
+    if step >= last:
+      return self
+    for listener in listeners:
+      listener.begin()
+    runner.begin()
+    runner.after_create_session()
+    saved_at = step
+    stop = False
+    while step < last and not stop:
+      until_save = self._save_steps - step % self._save_steps
+      count = int(min(self._iterations, last - step, until_save))
+      runner.before_run()
+      began = time.time()
+      loss = float(function(iterator, tf.constant(count)))
+      seconds = time.time() - began
+      new_step = self._global_step()
+      if new_step != step + count:
+        raise ValueError(
+            f"the global step went from {step} to {new_step} in {count} training steps: the "
+            "model_fn's train_op must add 1 to the global step per step (minimize(loss, "
+            "global_step=tf.compat.v1.train.get_or_create_global_step()))")
+      step = new_step
+      self._write_train_summaries(step, loss, count / max(seconds, 1e-9))
+      if step % self._save_steps == 0:
+        stop = self._save(listeners)
+        saved_at = step
+      stop = runner.after_run(step) or stop
+    if saved_at != step:
+      self._save(listeners)
+    for listener in listeners:
+      listener.end(None, step)
+    runner.end()
+    return self
+
+  def _write_train_summaries(self, step, loss, steps_per_sec):
+    """`loss` and `global_step/sec` in model_dir, as the Estimator's hooks write them."""
+    writer = self._summary_writer(self.model_dir)
+    with writer.as_default():
+      for tag, value in (("loss", loss), ("global_step/sec", steps_per_sec)):
+        _write_scalar(tag, value, step)
+    writer.flush()
+
+  def _summary_writer(self, directory):
+    writers = self.__dict__.setdefault("_writers", {})
+    if directory not in writers:
+      writers[directory] = tf.summary.create_file_writer(directory)
+    return writers[directory]
+
+  # Evaluation.
+
+  def _eval_function(self):
+    def eval_step(iterator):
+      features, labels = iterator.get_next()
+      results = {}
+
+      def replica(features, labels):
+        spec = self._replica_spec(features, labels, ModeKeys.EVAL)
+        metrics = getattr(spec, "eval_metrics", None)
+        if metrics is None and getattr(spec, "eval_metric_ops", None):
+          raise ValueError(
+              "the model_fn returned eval_metric_ops; a TPUEstimatorSpec gives "
+              "eval_metrics=(metric_fn, tensors), which --engine=distribute runs on the host")
+        results["metric_fn"] = metrics[0] if metrics else None
+        return tf.cast(spec.loss, tf.float32), (metrics[1] if metrics else [])
+
+      with self._store.replicas():
+        loss, tensors = self.strategy.run(self._replica_fn(replica), args=(features, labels))
+      loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+      tensors = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
+      self.__dict__["_metric_fn"] = results["metric_fn"]
+      return loss, tensors
+
+    return self._function("eval", eval_step)
+
+  def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
+    """One pass: {metric: value, 'loss', 'global_step'}; written to model_dir/eval."""
+    runner = distribute_hooks.HookRunner(hooks or [], ModeKeys.EVAL)
+    with self.strategy.scope():
+      iterator = iter(self._dataset(input_fn, ModeKeys.EVAL))
+      function = self._eval_function()
+      function.get_concrete_function(iterator)
+      path = self._restore(checkpoint_path)
+    if path is None:
+      raise ValueError(f"no checkpoint in {self.model_dir} to evaluate: train first")
+    step = self._global_step()
+    runner.begin()
+    runner.after_create_session()
+    metrics = None
+    losses = []
+    while steps is None or len(losses) < steps:
+      runner.before_run()
+      try:
+        with self.strategy.scope():
+          loss, tensors = function(iterator)
+      except tf.errors.OutOfRangeError:
+        break
+      # The metric_fn runs on the host, outside the strategy, as TPUEstimator's does.
+      if metrics is None:
+        metrics = _HostMetrics(self.__dict__.get("_metric_fn"), tensors)
+      metrics.update(tensors)
+      losses.append(float(loss))
+      runner.after_run(step)
+    runner.end()
+    results = metrics.values() if metrics else {}
+    results["loss"] = sum(losses) / max(len(losses), 1)
+    results["global_step"] = step
+    self._write_eval_summaries(results, step, name)
+    return results
+
+  def _write_eval_summaries(self, results, step, name):
+    directory = os.path.join(self.model_dir, EVAL_DIR if not name else f"{EVAL_DIR}_{name}")
+    writer = self._summary_writer(directory)
+    with writer.as_default():
+      for tag, value in results.items():
+        if tag != "global_step":
+          _write_scalar(tag, value, step)
+    writer.flush()
+
+  # Prediction and export.
+
+  def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
+              yield_single_examples=True):
+    """Yields the model_fn's predictions, per example (or per batch)."""
+    if hooks:
+      distribute_hooks.HookRunner(hooks, ModeKeys.PREDICT)
+    with self.strategy.scope():
+      iterator = iter(self._dataset(input_fn, ModeKeys.PREDICT))
+      function = self._function("predict", self._predict_step)
+      function.get_concrete_function(iterator)
+      if self._restore(checkpoint_path) is None:
+        raise ValueError(f"no checkpoint in {self.model_dir} to predict with: train first")
+    while True:
+      try:
+        with self.strategy.scope():
+          batch = function(iterator)
+      except tf.errors.OutOfRangeError:
+        return
+      batch = {k: v.numpy() for k, v in batch.items()
+               if predict_keys is None or k in predict_keys}
+      if not yield_single_examples:
+        yield batch
+        continue
+      for i in range(len(next(iter(batch.values())))):
+        yield {k: v[i] for k, v in batch.items()}
+
+  def _predict_step(self, iterator):
+    element = iterator.get_next()
+    features = element[0] if isinstance(element, tuple) else element
+
+    def replica(features):
+      spec = self._replica_spec(features, None, ModeKeys.PREDICT)
+      predictions = spec.predictions
+      if not isinstance(predictions, dict):
+        predictions = {"predictions": predictions}
+      return predictions
+
+    with self._store.replicas():
+      predictions = self.strategy.run(replica, args=(features,))
+    return {k: self.strategy.gather(v, axis=0) for k, v in predictions.items()}
+
+  def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
+    """The SavedModel, exported by the estimator from this engine's checkpoint (same names)."""
+    if self._export_estimator_fn is None:
+      raise ValueError("this engine was built without an exporter")
+    return self._export_estimator_fn().export_saved_model(
+        export_dir_base, serving_input_receiver_fn, **kwargs)
+
+  def latest_checkpoint(self):
+    return tf.train.latest_checkpoint(self.model_dir)
+
+
+def _write_scalar(tag, value, step):
+  """A scalar as the Estimator writes it (a simple_value Summary), into the default writer."""
+  summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag,
+                                                                    simple_value=float(value))])
+  tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
+
+
+class _HostMetrics:
+  """An eval_metrics metric_fn on the host: its TF 1 metrics in a graph of their own.
+
+  tf.compat.v1.wrap_function keeps TF 1's rule that only what is fetched runs:
+  one pruned function updates the metrics with a batch, another reads them.
+  Their variables start at zero for each evaluation.
+  """
+
+  def __init__(self, metric_fn, example_tensors):
+    self._structure = example_tensors
+    if metric_fn is None:
+      self._update = None
+      return
+    flat = tf.nest.flatten(example_tensors)
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in flat]
+    captured = {}
+
+    def build(*flat_tensors):
+      tensors = tf.nest.pack_sequence_as(self._structure, list(flat_tensors))
+      metrics = metric_fn(**tensors) if isinstance(tensors, dict) else metric_fn(*tensors)
+      for name, (value, update) in metrics.items():
+        captured[name] = (tf.identity(value), tf.group(update))
+      return {}
+
+    wrapped = tf.compat.v1.wrap_function(build, specs)
+    self._names = sorted(captured)
+    graph = wrapped.graph
+    updates = [graph.as_graph_element(captured[n][1]) for n in self._names]
+    values = [graph.as_graph_element(captured[n][0]) for n in self._names]
+    self._update = wrapped.prune(feeds=wrapped.inputs, fetches=updates)
+    self._read = wrapped.prune(feeds=[], fetches=values)
+
+  def update(self, tensors):
+    if self._update is not None:
+      self._update(*tf.nest.flatten(tensors))
+
+  def values(self):
+    if self._update is None:
+      return {}
+    return {name: float(value.numpy()) if value.shape.rank == 0 else value.numpy()
+            for name, value in zip(self._names, self._read())}
+

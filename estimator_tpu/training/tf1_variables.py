@@ -1,0 +1,213 @@
+"""TF 1 model code inside tf.functions: its variables made once, by their estimator names.
+
+A TPUEstimator model_fn creates its variables as it builds the graph
+(`tf.compat.v1.get_variable`, `tf.compat.v1.layers`, Keras layers, optimizer
+slots, the global step, metric accumulators) and finds them again through
+graph collections (`minimize()` reads TRAINABLE_VARIABLES). Inside a
+tf.function every trace builds a new graph, so the distribute engine calls
+the model_fn inside `VariableStore.scope()`:
+
+- a variable asked for the first time is created at once, outside the
+  function (`tf.init_scope`), under the strategy's scope, as the strategy's
+  distributed variable, and named as the estimator names it (the name scopes
+  the engine's own loop adds are left out);
+- a variable asked for again, in a later trace or another function, is the
+  one made before: one set of variables serves training, evaluation and
+  prediction, and a checkpoint of either engine restores into it by name;
+- every variable handed out is added to the collections TF 1 would have put
+  it in, in the graph being traced, so `minimize()`, `trainable_variables()`
+  and `get_or_create_global_step()` find it;
+- under a MirroredStrategy the replicas after the first are traced in their
+  own name scopes, where Keras numbers its layers anew (`conv_bn_1`): they get
+  the first replica's variables in the order of the names with those numbers
+  taken off, as TensorFlow's own shared variable creator matches them.
+"""
+
+import collections
+import contextlib
+import re
+import threading
+
+import tensorflow as tf
+from tensorflow.python.ops import variable_scope
+
+GraphKeys = tf.compat.v1.GraphKeys
+# Collections a trace starts empty: TF 1 built each graph once.
+_PER_TRACE = (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES,
+              GraphKeys.TRAINABLE_VARIABLES, GraphKeys.MODEL_VARIABLES,
+              GraphKeys.METRIC_VARIABLES, GraphKeys.UPDATE_OPS, GraphKeys.LOSSES,
+              GraphKeys.REGULARIZATION_LOSSES, GraphKeys.SUMMARIES,
+              GraphKeys.TRAINABLE_RESOURCE_VARIABLES, GraphKeys.GLOBAL_STEP,
+              # tf.compat.v1.variable_scope's stores: a default_name
+              # (`kernel/Momentum`) is numbered anew in each trace, as in a new graph.
+              variable_scope._VARSCOPESTORE_KEY, variable_scope._VARSTORE_KEY)  # pylint: disable=protected-access
+# What tf.Variable takes of what tf.compat.v1.Variable is given.
+_VARIABLE_ARGS = ("initial_value", "trainable", "validate_shape", "dtype", "constraint",
+                  "synchronization", "aggregation", "shape")
+_REPLICA_SCOPE = re.compile(r"(^|/)replica_\d+(?=/|$)")
+_UNIQUIFIED = re.compile(r"_\d+(?=/|$)")
+
+
+class InitialValueError(ValueError):
+  """A variable's initial value is a tensor of the traced graph: it cannot be made once outside."""
+
+
+def _canonical(name):
+  """A name with the replica scope and Keras' layer numbers taken off."""
+  return _UNIQUIFIED.sub("", _REPLICA_SCOPE.sub("", name)).strip("/")
+
+
+def _collections_of(kwargs):
+  names = list(kwargs.get("collections") or [GraphKeys.GLOBAL_VARIABLES])
+  trainable = kwargs.get("trainable")
+  on_read = kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ
+  if trainable is None:
+    trainable = not on_read
+  if trainable and GraphKeys.LOCAL_VARIABLES not in names:
+    names.append(GraphKeys.TRAINABLE_VARIABLES)
+  return names
+
+
+def _add_once(graph, name, value):
+  if not any(item is value for item in graph.get_collection(name)):
+    graph.add_to_collection(name, value)
+
+
+def _lifted_initial_value(name, value):
+  """An initial value that can be evaluated outside the traced graph."""
+  if callable(value) or not isinstance(value, tf.Tensor) or not tf.is_symbolic_tensor(value):
+    return value
+  static = tf.get_static_value(value)
+  if static is None:
+    raise InitialValueError(
+        f"variable {name!r} is initialized from a tensor computed in the model_fn; under "
+        "--engine=distribute variables are made once, outside the traced step: give it an "
+        "initializer (tf.compat.v1.get_variable(..., initializer=...), a Keras layer) or a "
+        "constant value")
+  return static
+
+
+class _Trace:
+  """What one strategy.run trace has handed out, for the replicas after the first."""
+
+  def __init__(self):
+    self.first = collections.defaultdict(list)  # canonical name -> variables, in order
+    self.taken = collections.defaultdict(lambda: collections.defaultdict(int))
+
+
+class VariableStore:
+  """The variables of one model, made once under `strategy` and found by name.
+
+  Attributes:
+    variables: {estimator name: variable}, in the order they were made.
+    local_names: the names of local variables (metric and host_call state):
+      never checkpointed, as the estimator's Saver leaves them out.
+  """
+
+  def __init__(self, strategy):
+    self._strategy = strategy
+    self.variables = {}
+    self.local_names = set()
+    self._making = threading.local()
+    self._bases = []
+    self._trace = None
+
+  @contextlib.contextmanager
+  def scope(self):
+    """Calls of model code inside a trace: variables from this store, collections as in TF 1."""
+    graph = tf.compat.v1.get_default_graph()
+    with tf.init_scope():
+      outer = tf.compat.v1.get_default_graph()  # where slots are made (init_scope)
+    # The allow-listed variable collections of a FuncGraph are the outer graph's
+    # own lists: they are emptied for the call and given back after it.
+    saved = {(g, name): list(g.get_collection(name))
+             for g in {graph, outer} for name in _PER_TRACE}
+    for g, name in saved:
+      del g.get_collection_ref(name)[:]
+    self._bases.append(graph.get_name_scope())
+    try:
+      with tf.compat.v1.variable_creator_scope(self._creator):
+        yield
+    finally:
+      self._bases.pop()
+      for (g, name), items in saved.items():
+        g.get_collection_ref(name)[:] = items
+
+  @contextlib.contextmanager
+  def replicas(self):
+    """One strategy.run trace: replicas after the first get the first one's variables."""
+    self._trace = _Trace()
+    try:
+      yield
+    finally:
+      self._trace = None
+
+  @contextlib.contextmanager
+  def outside(self):
+    """Creation of variables outside any trace (the strategy's own creator must run)."""
+    with tf.compat.v1.variable_creator_scope(self._creator):
+      yield
+
+  def _key(self, kwargs):
+    name = kwargs.get("name") or "Variable"
+    name = name.name if hasattr(name, "name") else str(name)
+    scope = tf.compat.v1.get_default_graph().get_name_scope()
+    key = f"{scope}/{name}" if scope else name
+    for base in sorted({b for b in self._bases if b}, key=len, reverse=True):
+      if key.startswith(base + "/"):
+        key = key[len(base) + 1:]
+        break
+    return key.rstrip("/")
+
+  def _replica_id(self):
+    if tf.distribute.in_cross_replica_context():
+      return None
+    return tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+
+  def _creator(self, next_creator, **kwargs):
+    if getattr(self._making, "active", False):
+      return next_creator(**kwargs)
+    key = self._key(kwargs)
+    replica = self._replica_id() if self._trace is not None else None
+    if replica:  # a later replica of a MirroredStrategy trace
+      variable = self._from_first_replica(key)
+    else:
+      variable = self.variables[key] if key in self.variables else self._make(key, kwargs)
+      if self._trace is not None and replica == 0:
+        self._trace.first[_canonical(key)].append(variable)
+    graph = tf.compat.v1.get_default_graph()
+    for name in _collections_of(kwargs):
+      _add_once(graph, name, variable)
+    return variable
+
+  def _from_first_replica(self, key):
+    canonical = _canonical(key)
+    made = self._trace.first[canonical]
+    taken = self._trace.taken[threading.get_ident()]
+    if taken[canonical] >= len(made):
+      raise ValueError(f"replica asked for variable {key!r}, which the first replica did not make")
+    taken[canonical] += 1
+    return made[taken[canonical] - 1]
+
+  def _make(self, key, kwargs):
+    local = GraphKeys.LOCAL_VARIABLES in (kwargs.get("collections") or ())
+    kwargs = {k: v for k, v in kwargs.items() if k in _VARIABLE_ARGS}
+    kwargs["initial_value"] = _lifted_initial_value(key, kwargs.get("initial_value"))
+    # A trailing "/" makes the name absolute: no name scope of the trace is added.
+    kwargs["name"] = key + "/"
+    self._making.active = True
+    try:
+      # Out of the trace, through the creators of the strategy's scope, which
+      # the engine holds open around every trace.
+      with tf.init_scope():
+        variable = tf.Variable(**kwargs)
+    finally:
+      self._making.active = False
+    self.variables[key] = variable
+    if local:
+      self.local_names.add(key)
+    return variable
+
+  def global_variables(self):
+    """{name: variable} of everything a checkpoint holds (local variables left out)."""
+    return {k: v for k, v in self.variables.items() if k not in self.local_names}
