@@ -28,6 +28,7 @@ from estimator_tpu.training import assemble
 from estimator_tpu.training import checkpoints
 from estimator_tpu.training import loop
 from estimator_tpu.training import preemption
+from estimator_tpu.training import tpu_estimator
 
 FLAGS = flags.FLAGS
 PROGRAM = "train.py"
@@ -61,6 +62,7 @@ def run(flag_values, exit_at_once=False):
       return findings.report([findings.Finding(findings.FAIL, str(e))])
     return cli.fail(PROGRAM, str(e), cli.EXIT_USAGE)
   strategy = config.runtime.strategy
+  loop.say(f"engine: {tpu_estimator.describe_engine(estimator, config.runtime)}")
   loop.say(f"{mode} {config.model.model_fn or config.model.model} on "
            f"{info.num_classes} classes, {info.num_eval_examples} eval images, "
            f"{'' if strategy == 'none' else f'--strategy={strategy}, '}"

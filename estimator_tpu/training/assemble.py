@@ -40,6 +40,8 @@ def prepare(config, saved, need_train, need_eval, write=True):
     ConfigError: a message naming the flag or file and the fix.
   """
   config, info = resolve_data(config.validate(), need_train, need_eval)
+  engine, _ = estimator_lib.resolve_engine(config.runtime)
+  config = config.replace("runtime", engine=engine)
   if saved is not None:
     config_lib.check_compatible(saved, config)
   if write:
@@ -71,7 +73,8 @@ def prepare_export(model_dir, export_dir, report=print):
     raise config_lib.ConfigError(
         f"--model_dir={model_dir} holds no checkpoint: train there first")
   # Never the TPU graph: the export is for CPU/GPU serving.
-  config = saved.replace("runtime", model_dir=model_dir, use_tpu=False, strategy="none")
+  config = saved.replace("runtime", model_dir=model_dir, use_tpu=False, strategy="none",
+                         engine="estimator", jit_compile=False)
   return config, checkpoint
 
 

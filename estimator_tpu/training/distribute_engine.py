@@ -196,10 +196,12 @@ class DistributeEstimator:
   # Checkpoints.
 
   def _checkpoint_saver(self):
+    """A name-based Saver over each variable's first copy (the Saver takes no distributed ones)."""
     if self._saver is None:
+      first_copies = {name: self.strategy.experimental_local_results(v)[0]
+                      for name, v in self._store.global_variables().items()}
       self._saver = tf.compat.v1.train.Saver(
-          var_list=self._store.global_variables(), max_to_keep=KEEP_CHECKPOINTS,
-          save_relative_paths=True)
+          var_list=first_copies, max_to_keep=KEEP_CHECKPOINTS, save_relative_paths=True)
       state = tf.train.get_checkpoint_state(self.model_dir)
       if state is not None:
         self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
@@ -209,11 +211,24 @@ class DistributeEstimator:
     """Restores the given or newest checkpoint; returns its path (None: fresh start)."""
     path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
     if path:
-      self._checkpoint_saver().restore(None, path)
+      self._assign_from(path, self._store.global_variables())
       return path
     if self._warm_start_from:
       self._warm_start()
     return None
+
+  def _assign_from(self, path, variables):
+    """Assigns each variable its value in the checkpoint at path (every replica's copy)."""
+    reader = tf.train.load_checkpoint(path)
+    stored = reader.get_variable_to_shape_map()
+    missing = sorted(set(variables) - set(stored))
+    if missing:
+      raise ValueError(
+          f"checkpoint {path} lacks {len(missing)} variable(s) of this model_fn, e.g. "
+          f"{missing[0]!r}; it holds e.g. {sorted(stored)[:3]}")
+    with self.strategy.scope():
+      for name, variable in variables.items():
+        variable.assign(reader.get_tensor(name))
 
   def _warm_start(self):
     """Trainable variables from --warm_start_from, by name (the Estimator's default)."""
@@ -221,15 +236,23 @@ class DistributeEstimator:
     if tf.io.gfile.isdir(path):
       path = tf.train.latest_checkpoint(path)
     names = set(dict(tf.train.list_variables(path)))
-    trainable = {name: v for name, v in self._store.global_variables().items()
-                 if v.trainable and name in names}
-    tf.compat.v1.train.Saver(var_list=trainable).restore(None, path)
+    self._assign_from(path, {name: v for name, v in self._store.global_variables().items()
+                             if v.trainable and name in names})
+
+  def _sync_on_read_to_copies(self):
+    """Each replica-local variable (batch-norm statistics) takes its aggregate in every copy."""
+    with self.strategy.scope():
+      for variable in self._store.global_variables().values():
+        if getattr(variable, "synchronization", None) == tf.VariableSynchronization.ON_READ and (
+            len(self.strategy.experimental_local_results(variable)) > 1):
+          variable.assign(variable.read_value())
 
   def _save(self, listeners):
     step = self._global_step()
     for listener in listeners:
       listener.before_save(None, step)
     tf.io.gfile.makedirs(self.model_dir)
+    self._sync_on_read_to_copies()
     self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
                                   global_step=step, write_meta_graph=False)
     stop = False
@@ -247,13 +270,16 @@ class DistributeEstimator:
       host_call = getattr(spec, "host_call", None)
       with tf.control_dependencies([spec.train_op]):
         loss = tf.identity(spec.loss)
-      host_tensors = host_call[1] if host_call else []
+      # Concatenated over replicas on the host, as TPUEstimator's outfeed does.
+      host_tensors = tf.nest.map_structure(
+          lambda t: tf.reshape(t, [1]) if t.shape.rank == 0 else t,
+          host_call[1] if host_call else [])
       return loss, host_tensors, host_call
 
     def train_loop(iterator, steps):
       def body(i, unused_loss):
         features, labels = iterator.get_next()
-        with self._store.replicas():
+        with self._store.replicas(), self._store.outside():
           results = {}
 
           def replica(features, labels):
@@ -279,10 +305,10 @@ class DistributeEstimator:
 
   def _run_host_call(self, fn, tensors):
     """host_call fn on the host, over the replicas' tensors concatenated on axis 0."""
-    joined = tf.nest.map_structure(
-        lambda t: self.strategy.gather(t, axis=0) if t.shape.rank else
-        self.strategy.gather(tf.reshape(t, [1]), axis=0), tensors)
-    with self._store.scope(), self._keeping_writers():
+    joined = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
+    # Summary tags take the name scope: the host_call's start at the top, as on the host.
+    with tf.compat.v1.get_default_graph().name_scope(None), self._store.scope(), \
+        self._keeping_writers():
       return _host_call_ops((fn, joined))
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
@@ -367,7 +393,7 @@ class DistributeEstimator:
         results["metric_fn"] = metrics[0] if metrics else None
         return tf.cast(spec.loss, tf.float32), (metrics[1] if metrics else [])
 
-      with self._store.replicas():
+      with self._store.replicas(), self._store.outside():
         loss, tensors = self.strategy.run(self._replica_fn(replica), args=(features, labels))
       loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       tensors = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
@@ -458,7 +484,7 @@ class DistributeEstimator:
         predictions = {"predictions": predictions}
       return predictions
 
-    with self._store.replicas():
+    with self._store.replicas(), self._store.outside():
       predictions = self.strategy.run(replica, args=(features,))
     return {k: self.strategy.gather(v, axis=0) for k, v in predictions.items()}
 

@@ -101,13 +101,14 @@ def _train_spec(labels, logits, params):
       tf.compat.v1.trainable_variables(), params["weight_decay"])
   lr = optimization.learning_rate(global_step, params)
   optimizer = optimization.make_optimizer(lr, params)
+  correct = tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels)
+  # Built before the update: the summaries carry the step they trained (0 first).
+  host_call = _host_call(global_step, loss, lr, correct, params)
   update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
   with tf.control_dependencies(update_ops):
     train_op = optimizer.minimize(loss, global_step=global_step)
-  correct = tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels)
   return stacks.tpu.TPUEstimatorSpec(
-      mode=ModeKeys.TRAIN, loss=loss, train_op=train_op,
-      host_call=_host_call(global_step, loss, lr, correct, params))
+      mode=ModeKeys.TRAIN, loss=loss, train_op=train_op, host_call=host_call)
 
 
 def make_metric_fn(num_classes):

@@ -169,7 +169,7 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
           export_config, params.get("class_names"), model_fn=export_model_fn or model_fn))
 
 
-def describe_engine(estimator):
+def describe_engine(estimator, runtime):
   """'distribute (MirroredStrategy, 2 replicas)' or 'estimator (TPUEstimator on CPU/GPU)'."""
   if isinstance(estimator, distribute_engine.DistributeEstimator):
     return f"distribute ({estimator.describe()})"
@@ -177,5 +177,7 @@ def describe_engine(estimator):
     strategy = estimator.config.train_distribute
     return (f"estimator (Estimator, {type(strategy).__name__}, "
             f"{strategy.num_replicas_in_sync} replicas)")
-  where = "TPU" if estimator._ctx.is_running_on_cpu() is False else "CPU/GPU"  # pylint: disable=protected-access
-  return f"estimator (TPUEstimator on {where})"
+  if runtime.use_tpu:
+    return f"estimator (TPUEstimator on TPU, {runtime.num_cores} cores)"
+  loop = ", host_loop" if host_loop.steps_per_run(estimator) > 1 else ""
+  return f"estimator (TPUEstimator on CPU/GPU{loop})"
