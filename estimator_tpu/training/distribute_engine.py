@@ -200,8 +200,9 @@ class DistributeEstimator:
     if self._saver is None:
       first_copies = {name: self.strategy.experimental_local_results(v)[0]
                       for name, v in self._store.global_variables().items()}
-      self._saver = tf.compat.v1.train.Saver(
-          var_list=first_copies, max_to_keep=KEEP_CHECKPOINTS, save_relative_paths=True)
+      with _quiet_tf_log():  # "Saver is deprecated": the names are the point here
+        self._saver = tf.compat.v1.train.Saver(
+            var_list=first_copies, max_to_keep=KEEP_CHECKPOINTS, save_relative_paths=True)
       state = tf.train.get_checkpoint_state(self.model_dir)
       if state is not None:
         self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
@@ -238,6 +239,7 @@ class DistributeEstimator:
     names = set(dict(tf.train.list_variables(path)))
     self._assign_from(path, {name: v for name, v in self._store.global_variables().items()
                              if v.trainable and name in names})
+
 
   def _sync_on_read_to_copies(self):
     """Each replica-local variable (batch-norm statistics) takes its aggregate in every copy."""
@@ -497,6 +499,17 @@ class DistributeEstimator:
 
   def latest_checkpoint(self):
     return tf.train.latest_checkpoint(self.model_dir)
+
+
+@contextlib.contextmanager
+def _quiet_tf_log():
+  logger = tf.get_logger()
+  level = logger.level
+  logger.setLevel("ERROR")
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 def _write_scalar(tag, value, step):

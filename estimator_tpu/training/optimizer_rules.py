@@ -48,7 +48,7 @@ def applied(strategy):
   _CrossShard.compute_gradients = _compute_gradients
   _CrossShard.apply_gradients = _apply_gradients
   try:
-    scaling = getattr(strategy.extended, "_scale_loss_for_estimator_enabled", None)
+    scaling = getattr(strategy, "_scale_loss_for_estimator_enabled", None)
     with scaling() if scaling else contextlib.nullcontext():
       yield
   finally:

@@ -1,0 +1,313 @@
+"""--engine=distribute: the TPUEstimator contract in tf.functions, step for step with the estimator.
+
+Both engines start from the same checkpoint and read the same fixed batches, so
+their per-step losses, evaluations and checkpoints can be compared directly.
+The MirroredStrategy runs are a fresh subprocess (logical CPUs must be set up
+before TensorFlow initializes): run as a script, this file is that child.
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, TESTS_DIR)  # as a child script too
+
+from conftest import IMAGE_SIZE
+from conftest import NUM_EVAL
+from conftest import tiny_config
+import tensorflow as tf
+
+from estimator_tpu import stacks
+from estimator_tpu.data import input_pipeline
+from estimator_tpu.training import distribute_engine
+from estimator_tpu.training import distribute_hooks
+from estimator_tpu.training import model_fn as model_fn_lib
+from estimator_tpu.training import optimization
+from estimator_tpu.training import tpu_estimator as estimator_lib
+
+REPO_DIR = os.path.dirname(TESTS_DIR)
+BATCH = 16
+START = 2  # both engines go on from the checkpoint of this step
+STEPS = 8
+CHILD_TIMEOUT_SECS = 300
+
+
+def _fixed_input_fn(params):
+  """The same batches in the same order on every call (no shuffle, no augmentation)."""
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(64, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
+  labels = rng.integers(0, 10, size=64).astype(np.int32)
+  dataset = tf.data.Dataset.from_tensor_slices(({"image": images}, labels))
+  return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+
+
+def _eval_input_fn(digits_dir):
+  return input_pipeline.make_input_fn(
+      os.path.join(digits_dir, "validation-*"), False, IMAGE_SIZE, num_examples=NUM_EVAL,
+      global_batch_size=BATCH)
+
+
+def _config(model_dir, engine, strategy="none", **runtime):
+  return tiny_config(model_dir, train_steps=STEPS, steps_per_eval=STEPS, train_batch_size=BATCH,
+                     eval_batch_size=BATCH, base_learning_rate=0.5, lr_schedule="constant",
+                     save_checkpoints_steps=START).replace(
+      "runtime", engine=engine, strategy=strategy, iterations_per_loop=3, **runtime).validate()
+
+
+def _build(model_dir, engine, model_fn=model_fn_lib.model_fn, **runtime):
+  config = _config(model_dir, engine, **runtime)
+  stacks.keras.utils.set_random_seed(1)  # the same initial weights on every call
+  return estimator_lib.build_estimator(config, config.data.class_names, model_fn=model_fn)
+
+
+def _host_call_losses(model_dir):
+  """{step: train/loss} from the host_call event files in model_dir."""
+  losses = {}
+  for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*.v2")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == "train/loss":
+          losses[event.step] = float(tf.make_ndarray(value.tensor))
+  return losses
+
+
+def _variables(model_dir):
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def _from_one_start(tmp_path, engines, **runtime):
+  """Trains START steps with the estimator, then each engine from there to STEPS in its own dir."""
+  start = str(tmp_path / "start")
+  _build(start, "estimator").train(_fixed_input_fn, max_steps=START)
+  dirs = {}
+  for engine in engines:
+    dirs[engine] = str(tmp_path / engine)
+    shutil.copytree(start, dirs[engine])
+    _build(dirs[engine], engine, **runtime).train(_fixed_input_fn, max_steps=STEPS)
+  return dirs
+
+
+@pytest.fixture(scope="module")
+def two_engines(tmp_path_factory):
+  return _from_one_start(tmp_path_factory.mktemp("engines"), ["estimator", "distribute"])
+
+
+def test_each_step_after_a_shared_checkpoint_matches_the_estimator(two_engines):
+  estimator = _host_call_losses(two_engines["estimator"])
+  distribute = _host_call_losses(two_engines["distribute"])
+  steps = list(range(START, STEPS))
+  assert sorted(distribute) == sorted(estimator) == list(range(STEPS))
+  for step in steps:
+    assert distribute[step] == pytest.approx(estimator[step], rel=1e-3), step
+  assert estimator[STEPS - 1] < estimator[START] - 0.1  # it trains
+
+
+def test_the_checkpoint_holds_the_estimators_names_and_values(two_engines):
+  estimator = _variables(two_engines["estimator"])
+  distribute = _variables(two_engines["distribute"])
+  assert sorted(distribute) == sorted(estimator)
+  assert int(distribute["global_step"]) == STEPS
+  assert any(name.endswith("/Momentum") for name in distribute)  # the optimizer's slots too
+  for name, value in estimator.items():
+    np.testing.assert_allclose(distribute[name], value, rtol=1e-3, atol=1e-4, err_msg=name)
+  # Checkpoints every save_checkpoints_steps, as the estimator's saver hook writes
+  # them (0 and 2 are the estimator's, from the shared start).
+  steps = sorted(int(p.rsplit("-", 1)[1][:-len(".index")])
+                 for p in glob.glob(os.path.join(two_engines["distribute"], "model.ckpt-*.index")))
+  assert steps == [0, START, 4, 6, STEPS]
+
+
+def test_evaluation_counts_every_record_once_and_agrees(two_engines, digits_dir):
+  model_dir = two_engines["distribute"]
+  steps = input_pipeline.eval_steps(NUM_EVAL, BATCH)
+  by_estimator = _build(model_dir, "estimator").evaluate(_eval_input_fn(digits_dir), steps=steps)
+  by_engine = _build(model_dir, "distribute").evaluate(_eval_input_fn(digits_dir), steps=steps)
+  assert by_engine["num_eval_examples"] == by_estimator["num_eval_examples"] == NUM_EVAL
+  assert by_engine["global_step"] == STEPS
+  for name in ("accuracy", "eval_loss", "mean_per_class_accuracy", "macro_f1"):
+    assert by_engine[name] == pytest.approx(by_estimator[name], abs=1e-4), name
+  # TensorBoard's eval tags, as the Estimator writes them, in model_dir/eval.
+  tags = set()
+  for path in glob.glob(os.path.join(model_dir, "eval", "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value if event.step == STEPS)
+  assert {"accuracy", "eval_loss", "loss", "num_eval_examples"} <= tags
+
+
+def test_the_export_of_either_engine_predicts_the_same_classes(two_engines, digits_dir, tmp_path):
+  from estimator_tpu.export import saved_model
+  images = np.random.default_rng(3).uniform(-1, 1, (5, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(
+      np.float32)
+  classes = {}
+  for engine in ("estimator", "distribute"):
+    built = _build(two_engines["distribute"], engine)
+    path = saved_model.export_saved_model(built, str(tmp_path / engine))
+    loaded = tf.saved_model.load(path)
+    signature = loaded.signatures["predict_images"]
+    outputs = signature(images=tf.constant(images))
+    classes[engine] = outputs["classid"].numpy().tolist()
+  assert classes["distribute"] == classes["estimator"]
+  assert len(classes["distribute"]) == 5
+
+
+def test_predict_gives_every_example_its_classes(two_engines):
+  built = _build(two_engines["distribute"], "distribute")
+
+  def input_fn(params):
+    return _fixed_input_fn(params).take(2)
+
+  predictions = list(built.predict(input_fn))
+  assert len(predictions) == 2 * BATCH
+  assert predictions[0]["probabilities"].shape == (10,)
+  assert sum(predictions[0]["probabilities"]) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_jit_compile_trains_the_same_steps_within_xla_tolerance(tmp_path):
+  dirs = _from_one_start(tmp_path, ["distribute"], jit_compile=True)
+  jit = _host_call_losses(dirs["distribute"])
+  estimator_dir = str(tmp_path / "estimator")
+  shutil.copytree(str(tmp_path / "start"), estimator_dir)
+  _build(estimator_dir, "estimator").train(_fixed_input_fn, max_steps=STEPS)
+  reference = _host_call_losses(estimator_dir)
+  for step in range(START, STEPS):
+    assert jit[step] == pytest.approx(reference[step], rel=1e-2), step
+
+
+def test_the_engine_names_itself(tmp_path):
+  built = _build(str(tmp_path), "distribute", jit_compile=True)
+  config = _config(str(tmp_path), "distribute", jit_compile=True)
+  assert estimator_lib.describe_engine(built, config.runtime) == (
+      "distribute (OneDeviceStrategy, 1 replica, jit_compile)")
+  estimator = _build(str(tmp_path), "estimator")
+  assert estimator_lib.describe_engine(estimator, _config(str(tmp_path), "estimator").runtime) == (
+      "estimator (TPUEstimator on CPU/GPU)")
+
+
+def test_auto_picks_the_distribute_engine_on_a_pjrt_tpu(tmp_path):
+  runtime = _config(str(tmp_path), "auto").runtime
+  assert estimator_lib.resolve_engine(runtime, environ={})[0] == "estimator"
+  on_tpu = runtime.__class__(**dict(runtime.__dict__, use_tpu=True, tpu_topology="v5litepod-8"))
+  assert estimator_lib.resolve_engine(on_tpu, environ={}) == (
+      "distribute", "--engine=auto: the TPU runs TensorFlow through PJRT")
+  v3 = runtime.__class__(**dict(runtime.__dict__, use_tpu=True, tpu_topology="v3-8"))
+  assert estimator_lib.resolve_engine(v3, environ={})[0] == "estimator"
+  assert estimator_lib.resolve_engine(v3, environ={"PJRT_DEVICE": "TPU"})[0] == "distribute"
+
+
+def test_a_hook_that_fetches_graph_tensors_is_refused_by_name(two_engines):
+  built = _build(two_engines["distribute"], "distribute")
+
+  class FetchingHook(tf.compat.v1.train.SessionRunHook):
+
+    def before_run(self, run_context):
+      return tf.compat.v1.train.SessionRunArgs({"step": "global_step:0"})
+
+  with pytest.raises(distribute_hooks.UnsupportedHookError,
+                     match=r"FetchingHook asks to fetch or feed graph tensors.*host_call"):
+    built.train(_fixed_input_fn, max_steps=STEPS + 1, hooks=[FetchingHook()])
+
+
+def test_a_hook_that_asks_to_stop_ends_training_after_the_loop(tmp_path):
+  model_dir = str(tmp_path / "stop")
+  built = _build(model_dir, "distribute")
+
+  class StopHook(tf.compat.v1.train.SessionRunHook):
+    calls = 0
+
+    def after_run(self, run_context, run_values):
+      StopHook.calls += 1
+      run_context.request_stop()
+
+  built.train(_fixed_input_fn, max_steps=STEPS, hooks=[StopHook()])
+  assert StopHook.calls == 1
+  # One loop (to the first checkpoint step, 2), then the checkpoint of the stop.
+  assert os.path.basename(tf.train.latest_checkpoint(model_dir)) == f"model.ckpt-{START}"
+
+
+def test_a_train_op_that_does_not_step_is_an_error(tmp_path):
+  def model_fn(features, labels, mode, params):
+    logits = stacks.keras.layers.Dense(10)(tf.reshape(features["image"], [params["batch_size"], -1]))
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)  # no global_step
+    return stacks.tpu.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+
+  built = _build(str(tmp_path), "distribute", model_fn=model_fn)
+  with pytest.raises(ValueError, match="global step went from 0 to 0 in 2 training steps"):
+    built.train(_fixed_input_fn, max_steps=STEPS)
+
+
+def test_hosts_get_their_share_through_params_context():
+  context = tf.distribute.InputContext(num_input_pipelines=4, input_pipeline_id=2,
+                                       num_replicas_in_sync=32)
+  host = distribute_engine.HostContext(context)
+  assert (host.num_hosts, host.current_host, host.num_replicas) == (4, 2, 32)
+  assert input_pipeline.host_of(host) == (4, 2)
+
+
+# MirroredStrategy over two logical CPUs: the child.
+
+def _wrapping_model_fn(features, labels, mode, params):
+  """Our model_fn with its optimizer always in a CrossShardOptimizer."""
+  make = optimization.make_optimizer
+  optimization.make_optimizer = lambda lr, p: tf.compat.v1.tpu.CrossShardOptimizer(make(lr, p))
+  try:
+    return model_fn_lib.model_fn(features, labels, mode, params)
+  finally:
+    optimization.make_optimizer = make
+
+
+def _child(out_dir, digits_dir):
+  cpu = tf.config.list_physical_devices("CPU")[0]
+  tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+  start = os.path.join(out_dir, "start")
+  _build(start, "estimator", strategy="mirrored").train(_fixed_input_fn, max_steps=START)
+  results = {}
+  runs = {"estimator": ("estimator", model_fn_lib.model_fn),
+          "distribute": ("distribute", model_fn_lib.model_fn),
+          "cross_shard": ("distribute", _wrapping_model_fn)}
+  steps = input_pipeline.eval_steps(NUM_EVAL, BATCH)
+  for run, (engine, model_fn) in runs.items():
+    model_dir = os.path.join(out_dir, run)
+    shutil.copytree(start, model_dir)
+    built = _build(model_dir, engine, model_fn=model_fn, strategy="mirrored")
+    built.train(_fixed_input_fn, max_steps=STEPS)
+    evaluation = built.evaluate(_eval_input_fn(digits_dir), steps=steps)
+    results[run] = {"eval_loss": float(evaluation["eval_loss"]),
+                    "examples": float(evaluation["num_eval_examples"]),
+                    "global_step": int(evaluation["global_step"]),
+                    "replicas": estimator_lib.describe_engine(built, _config(
+                        model_dir, engine, strategy="mirrored").runtime)}
+  print(json.dumps(results))
+  return 0
+
+
+def test_mirrored_on_two_cpus_matches_the_estimator_and_reduces_once(digits_dir, tmp_path):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
+  env.pop("TF_CONFIG", None)
+  process = subprocess.run([sys.executable, __file__, str(tmp_path), digits_dir], cwd=REPO_DIR,
+                           env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECS)
+  assert process.returncode == 0, process.stderr[-3000:]
+  results = json.loads(process.stdout.strip().splitlines()[-1])
+  assert results["distribute"]["replicas"] == "distribute (MirroredStrategy, 2 replicas)"
+  assert results["estimator"]["replicas"].startswith("estimator (Estimator, MirroredStrategy, 2")
+  for run in results.values():
+    assert run["examples"] == NUM_EVAL and run["global_step"] == STEPS
+  reference = results["estimator"]["eval_loss"]
+  assert results["distribute"]["eval_loss"] == pytest.approx(reference, rel=1e-3)
+  # A CrossShardOptimizer adds no second reduction: the same mean gradient.
+  assert results["cross_shard"]["eval_loss"] == pytest.approx(reference, rel=1e-3)
+  # Per-step host_call losses are the mean over both replicas' examples.
+  losses = _host_call_losses(str(tmp_path / "distribute"))
+  assert sorted(losses) == list(range(STEPS))
+
+
+if __name__ == "__main__":
+  sys.exit(_child(sys.argv[1], sys.argv[2]))
