@@ -311,3 +311,62 @@ def test_mirrored_on_two_cpus_matches_the_estimator_and_reduces_once(digits_dir,
 
 if __name__ == "__main__":
   sys.exit(_child(sys.argv[1], sys.argv[2]))
+
+
+# train.py with --engine=distribute, as a user runs it.
+
+TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
+        "--eval_batch_size=8", "--norandom_flip", "--seed=1", "--iterations_per_loop=2"]
+
+
+def _train_py(*args, timeout=240):
+  from conftest import program_env
+  return subprocess.run([sys.executable, "train.py", *args, *TINY], cwd=REPO_DIR,
+                        env=program_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_train_py_runs_the_engine_then_the_estimator_resumes_it(tmp_path, digits_dir):
+  model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
+  first = _train_py(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=4",
+                    "--steps_per_eval=2", "--engine=distribute", f"--export_dir={export_dir}")
+  assert first.returncode == 0, first.stderr[-3000:]
+  lines = first.stdout.splitlines()
+  assert lines[0] == "[estimator_tpu] engine: distribute (OneDeviceStrategy, 1 replica)"
+  assert any(line.startswith("[estimator_tpu] step 4/4 | accuracy=") and
+             f"num_eval_examples={NUM_EVAL}" in line for line in lines)
+  assert any(line.startswith("[estimator_tpu] exported SavedModel to ") for line in lines)
+  # Quiet: no TensorFlow log records or deprecation warnings reach the user.
+  assert "W0000" not in first.stderr and "WARNING:tensorflow" not in first.stderr, first.stderr
+  with open(os.path.join(model_dir, "config.json")) as f:
+    assert json.load(f)["runtime"]["engine"] == "distribute"
+
+  second = _train_py(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=6",
+                     "--steps_per_eval=2", "--engine=estimator")
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert second.stdout.splitlines()[0] == "[estimator_tpu] engine: estimator (TPUEstimator on CPU/GPU)"
+  assert "resuming from step 4" in second.stdout
+  assert "step 6/6 | accuracy=" in second.stdout
+  with open(os.path.join(model_dir, "eval_history.jsonl")) as f:
+    assert [json.loads(line)["step"] for line in f] == [2, 4, 6]
+
+
+def test_sigterm_saves_the_step_in_flight_and_exits_75(tmp_path, digits_dir):
+  import signal
+  import time
+  from conftest import program_env
+  from estimator_tpu.training import loop
+  model_dir = str(tmp_path / "model")
+  process = subprocess.Popen(
+      [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
+       "--train_steps=100000", "--steps_per_eval=4", "--mode=train", "--engine=distribute",
+       *TINY], cwd=REPO_DIR, env=program_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True)
+  deadline = time.time() + 120
+  while time.time() < deadline and loop.current_step(model_dir) < 4:
+    time.sleep(0.3)
+  process.send_signal(signal.SIGTERM)
+  out, err = process.communicate(timeout=120)
+  assert process.returncode == 75, err[-3000:]
+  saved = loop.current_step(model_dir)
+  assert saved >= 4
+  assert f"preempted (SIGTERM) at step {saved}: checkpoint saved to " in out
