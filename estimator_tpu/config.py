@@ -255,8 +255,9 @@ def _validate_choices(config):
   _check(r.engine in ENGINES, f"--engine={r.engine} is not one of {', '.join(ENGINES)}")
   _check(not (r.jit_compile and r.engine == "estimator"),
          "--jit_compile is for --engine=distribute (TPUEstimator compiles for a TPU itself)")
-  _check(not (r.engine == "distribute" and r.strategy == "multi_worker" and r.mode != "train"),
-         "--strategy=multi_worker needs --mode=train on every worker")
+  _check(not (r.engine == "distribute" and r.strategy == "multi_worker"),
+         "--strategy=multi_worker runs on --engine=estimator for now (the distribute engine "
+         "does not run MultiWorkerMirroredStrategy yet)")
   _check(r.augment_on in AUGMENT_ON,
          f"--augment_on={r.augment_on} is not one of {', '.join(AUGMENT_ON)}")
   _check(not (r.use_tpu and r.strategy != "none"),
