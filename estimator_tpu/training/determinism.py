@@ -3,7 +3,6 @@
 import contextlib
 
 import tensorflow as tf
-# enable_op_determinism is public; asking whether it is on and turning it off are not.
 from tensorflow.python.framework import config as tf_config
 
 
@@ -29,6 +28,7 @@ def deterministic_ops(enabled):
   if not enabled:
     yield
     return
+  # enable_op_determinism is public; asking whether it is on and turning it off are not.
   before = tf_config.is_op_determinism_enabled()
   tf.config.experimental.enable_op_determinism()
   try:
