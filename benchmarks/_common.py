@@ -70,7 +70,8 @@ def train_input_fn(config, file_pattern):
   """The project's training input_fn for config."""
   return input_pipeline.make_input_fn(
       file_pattern, True, config.data.image_size,
-      random_flip=config.data.random_flip, seed=config.train.seed or None)
+      random_flip=config.data.random_flip, seed=config.train.seed or None,
+      deterministic=config.train.deterministic)
 
 
 def forward_flops(params):

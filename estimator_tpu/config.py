@@ -76,6 +76,8 @@ class TrainConfig:
   save_checkpoints_steps: int = 0
   summary_every_n_steps: int = 100
   seed: int = 0
+  # Same seed, same data and checkpoint: the same losses, step for step.
+  deterministic: bool = False
   transpose_input: bool = False
   warm_start_from: str = ""
 
@@ -170,6 +172,7 @@ class Config:
         "transpose_input": t.transpose_input,
         "iterations_per_loop": r.iterations_per_loop,
         "summary_every_n_steps": t.summary_every_n_steps,
+        "deterministic": t.deterministic,
         "num_cores": r.num_cores,
         "use_bfloat16": r.use_bfloat16,
         "model_dir": r.model_dir,
@@ -263,6 +266,9 @@ def _validate_choices(config):
   _check(not (r.use_tpu and r.strategy != "none"),
          f"--strategy={r.strategy} is for GPUs/CPUs; on TPU leave it unset "
          "(TPUEstimator distributes over the TPU cores itself)")
+  _check(not t.deterministic or t.seed,
+         "--deterministic needs a fixed --seed (e.g. --seed=1): the same seed then gives "
+         "the same run; --seed=0 draws new random numbers each run")
 
 
 def _validate_sizes(config):

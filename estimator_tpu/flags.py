@@ -46,6 +46,9 @@ HELP = {
     "warmup_steps": "Steps of linear learning-rate warm-up.",
     "save_checkpoints_steps": "Steps between checkpoints (default: --steps_per_eval).",
     "seed": "Random seed (0: not fixed).",
+    "deterministic": "Reproducible training: with the same --seed, data and starting "
+                     "checkpoint, two runs give the same losses step for step "
+                     "(deterministic ops and input order; slower input). Needs --seed.",
     "transpose_input": "Feed images as HWCN (faster on TPU); undone in model_fn.",
     "warm_start_from": "Checkpoint or model dir to warm-start from (transfer learning).",
     "model_dir": "Where checkpoints, config.json, summaries and curves go (local or gs://).",

@@ -60,6 +60,20 @@ def summary_tags(model_dir):
   return tags
 
 
+def summary_scalars(model_dir, tag):
+  """{step: value} of one scalar tag in model_dir's host_call event files (*.v2)."""
+  import glob
+
+  import tensorflow as tf
+  values = {}
+  for path in glob.glob(os.path.join(model_dir, "events.*.v2")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == tag:
+          values[event.step] = float(tf.make_ndarray(value.tensor))
+  return values
+
+
 def tiny_config(model_dir, **train):
   """A validated Config for the tiny network on the digits fixture (10 classes)."""
   settings = dict(train_steps=2, steps_per_eval=2, train_batch_size=8, summary_every_n_steps=1,

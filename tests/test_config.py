@@ -103,3 +103,42 @@ def test_tpu_topology_sets_num_cores_unless_typed():
   assert (config.runtime.num_cores, config.runtime.cores_per_host) == (8, 4)
   with pytest.raises(config_lib.ConfigError, match="--tpu_topology=v9-8 is not an accelerator"):
     flags_lib.config_for_model_dir(_flags("--model_dir=/m", "--tpu_topology=v9-8"))
+
+
+def test_deterministic_is_off_by_default_and_in_params():
+  config = config_lib.Config().replace("runtime", model_dir="/m").validate()
+  assert config.train.deterministic is False
+  assert config.to_params()["deterministic"] is False
+  typed, _ = flags_lib.config_for_model_dir(_flags("--model_dir=/m", "--seed=7"))
+  assert typed.train.deterministic is False and typed.train.seed == 7
+
+
+def test_deterministic_needs_a_seed_and_says_so():
+  config, _ = flags_lib.config_for_model_dir(_flags("--model_dir=/m", "--deterministic"))
+  with pytest.raises(config_lib.ConfigError, match=r"--deterministic needs a fixed --seed"):
+    config.validate()
+  config, _ = flags_lib.config_for_model_dir(
+      _flags("--model_dir=/m", "--deterministic", "--seed=7"))
+  assert config.validate().to_params()["deterministic"] is True
+
+
+def test_deterministic_is_saved_and_carried_over_by_a_rerun(tmp_path):
+  model_dir = str(tmp_path)
+  config, _ = flags_lib.config_for_model_dir(
+      _flags(f"--model_dir={model_dir}", "--deterministic", "--seed=7"))
+  config_lib.write_config(config.validate())
+  with open(os.path.join(model_dir, config_lib.CONFIG_FILE)) as f:
+    assert json.load(f)["train"]["deterministic"] is True
+  rerun, saved = flags_lib.config_for_model_dir(_flags(f"--model_dir={model_dir}"))
+  assert saved.train.deterministic and rerun.train.deterministic and rerun.train.seed == 7
+  off, _ = flags_lib.config_for_model_dir(
+      _flags(f"--model_dir={model_dir}", "--nodeterministic"))
+  assert off.train.deterministic is False
+
+
+def test_config_json_from_before_the_flag_reads_as_not_deterministic(tmp_path):
+  written = config_lib.Config().replace("train", seed=3).to_dict()
+  del written["train"]["deterministic"]
+  (tmp_path / config_lib.CONFIG_FILE).write_text(json.dumps(written))
+  saved = config_lib.read_config(str(tmp_path))
+  assert saved.train.deterministic is False and saved.train.seed == 3

@@ -3,6 +3,7 @@
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from estimator_tpu import testing
@@ -127,9 +128,9 @@ def _decoded_classes(images):
 
 def test_training_images_keep_their_labels_and_each_epoch_covers_every_record(tmp_path):
   labels = _colour_records(tmp_path / "train-00000-of-00001")
-  for cache in (False, True):
+  for cache, deterministic in ((False, False), (True, False), (False, True)):
     input_fn = input_pipeline.make_input_fn(str(tmp_path / "train-*"), True, 24,
-                                            cache=cache, seed=3)
+                                            cache=cache, seed=3, deterministic=deterministic)
     batches = list(input_fn({"batch_size": 16}).take(30))  # 5 epochs of 96
     images = np.concatenate([f["image"].numpy() for f, _ in batches])
     seen = np.concatenate([b.numpy() for _, b in batches])
@@ -158,3 +159,33 @@ def test_eval_batches_are_preprocess_for_eval_of_each_record_in_order(tmp_path):
       schema.parse_example(r)["image_bytes"], 24).numpy() for r in records])
   # The evaluation input and serving share preprocess_for_eval: the same pixels.
   np.testing.assert_allclose(images, expected, atol=1e-5)
+
+
+def _batches(input_fn, count):
+  """count batches of input_fn as {name: array} (images, augmentation draws, labels)."""
+  batches = []
+  for features, labels in input_fn({"batch_size": 8}).take(count):
+    batches.append(dict({k: v.numpy() for k, v in features.items()}, labels=labels.numpy()))
+  return batches
+
+
+@pytest.mark.parametrize("cache,on_device", [(False, False), (True, False), (False, True)])
+def test_deterministic_input_gives_the_same_batches_for_the_same_seed(digits_dir, cache,
+                                                                      on_device):
+  def batches(seed):
+    return _batches(input_pipeline.make_input_fn(
+        f"{digits_dir}/train-*", True, IMAGE_SIZE, cache=cache, seed=seed,
+        augment_on_device=on_device, deterministic=True), 30)  # 240 > the 200 records
+
+  first, second, other = batches(7), batches(7), batches(8)
+  assert sorted(first[0]) == (["augmentation", "image", "labels"] if on_device
+                              else ["image", "labels"])
+  for a, b in zip(first, second):
+    for name in a:
+      np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+  assert not np.array_equal(first[0]["image"], other[0]["image"])  # the seed matters
+
+
+def test_deterministic_input_needs_a_seed(digits_dir):
+  with pytest.raises(ValueError, match="deterministic training input_fn needs a seed"):
+    input_pipeline.make_input_fn(f"{digits_dir}/train-*", True, IMAGE_SIZE, deterministic=True)

@@ -123,22 +123,28 @@ def preprocess_for_eval(image_bytes, image_size, central_fraction=1.0):
   return resize_for_eval(decode_central_crop(image_bytes, central_fraction), image_size)
 
 
-def sample_crop_window(image_shape, seed=None):
+def sample_crop_window(image_shape, seed=None, key=None):
   """A random crop of 50-100% of the area and aspect ratio 3/4-4/3.
 
   Args:
     image_shape: int32 [3], the image's [height, width, channels].
     seed: op-level seed, or None.
+    key: int64 [2], or None: draw with the stateless op instead, the same
+      window for the same key whatever else has been drawn (seed is unused).
 
   Returns:
     int32 [4]: [offset_height, offset_width, height, width], the window
     tf.image.decode_and_crop_jpeg takes.
   """
-  begin, size, _ = tf.image.sample_distorted_bounding_box(
-      image_shape, bounding_boxes=tf.zeros([1, 0, 4]),
-      min_object_covered=CROP_MIN_OBJECT_COVERED, aspect_ratio_range=CROP_ASPECT_RANGE,
-      area_range=CROP_AREA_RANGE, max_attempts=CROP_MAX_ATTEMPTS,
-      use_image_if_no_bounding_boxes=True, seed=seed)
+  options = dict(bounding_boxes=tf.zeros([1, 0, 4]),
+                 min_object_covered=CROP_MIN_OBJECT_COVERED,
+                 aspect_ratio_range=CROP_ASPECT_RANGE, area_range=CROP_AREA_RANGE,
+                 max_attempts=CROP_MAX_ATTEMPTS, use_image_if_no_bounding_boxes=True)
+  if key is None:
+    begin, size, _ = tf.image.sample_distorted_bounding_box(image_shape, seed=seed, **options)
+  else:
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        image_shape, seed=key, **options)
   return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
@@ -148,9 +154,9 @@ def crop_to_window(image, window):
                   tf.stack([window[2], window[3], -1]))
 
 
-def random_crop(image, seed=None):
-  """A random crop (sample_crop_window) of a decoded uint8 [height, width, 3] image."""
-  return crop_to_window(image, sample_crop_window(tf.shape(image), seed))
+def random_crop(image, seed=None, key=None):
+  """A random crop (sample_crop_window, seed or key) of a decoded uint8 [height, width, 3] image."""
+  return crop_to_window(image, sample_crop_window(tf.shape(image), seed, key))
 
 
 def dct_scale(window, image_size):
@@ -194,7 +200,7 @@ def _decode_jpeg_window(image_bytes, window, scale):
       fancy_upscaling=JPEG_FANCY_UPSCALING)
 
 
-def decode_random_crop(image_bytes, seed=None, image_size=None):
+def decode_random_crop(image_bytes, seed=None, image_size=None, key=None):
   """Encoded bytes -> uint8 [crop_height, crop_width, 3], a random crop.
 
   A JPEG (recognised by its first bytes) decodes only the crop window, its
@@ -223,6 +229,8 @@ def decode_random_crop(image_bytes, seed=None, image_size=None):
     image_bytes: scalar string tensor.
     seed: op-level seed for the window, or None.
     image_size: the side the crop will be resized to; None: decode at full scale.
+    key: int64 [2] stateless key for the window instead of seed, or None
+      (sample_crop_window).
 
   Returns:
     uint8 [height, width, 3] with a dynamic height and width.
@@ -238,7 +246,7 @@ def decode_random_crop(image_bytes, seed=None, image_size=None):
     return tf.shape(image), image
 
   shape, decoded = tf.cond(is_jpeg, jpeg_shape, decoded_shape)
-  window = sample_crop_window(shape, seed)
+  window = sample_crop_window(shape, seed, key)
   scale = tf.constant(1) if image_size is None else dct_scale(window, image_size)
   # Branch 0 crops the decoded image; branch 1 + i decodes at DCT_SCALES[i]
   # (decode_and_crop_jpeg takes its scale as an attribute, not a tensor).
@@ -273,7 +281,7 @@ def resize_crop(crop, image_size, dtype=tf.uint8):
   return image
 
 
-def draw_augmentation(batch_size, random_flip=True, seed=None):
+def draw_augmentation(batch_size, random_flip=True, seed=None, key=None):
   """Each image's random flip, brightness delta and contrast factor.
 
   Drawn as tf.image.random_* draw them: flip with probability 0.5, delta
@@ -284,13 +292,16 @@ def draw_augmentation(batch_size, random_flip=True, seed=None):
     batch_size: images in the batch (a Python int or a scalar tensor).
     random_flip: False: no image is flipped.
     seed: op-level seed for reproducible draws, or None.
+    key: int64 [2], or None: the stateless key of the draws instead (the same
+      draws for the same key whatever else has been drawn; seed is unused).
 
   Returns:
     float32 [batch_size, 3]: flip (1.0 or 0.0), delta on the 0..255 scale,
     contrast factor; what apply_augmentation takes.
   """
-  # A stateful draw (varies per call) seeds the stateless draws.
-  key = tf.random.uniform([2], 0, _INT32_MAX, dtype=tf.int32, seed=seed)
+  if key is None:
+    # A stateful draw (varies per call) seeds the stateless draws.
+    key = tf.random.uniform([2], 0, _INT32_MAX, dtype=tf.int32, seed=seed)
   uniforms = tf.random.stateless_uniform([batch_size, 3], key)
   flip = tf.cast(uniforms[:, 0] < 0.5, tf.float32) if random_flip else tf.zeros_like(
       uniforms[:, 0])
@@ -360,18 +371,20 @@ def apply_augmentation(images, augmentation, hwcn=False):
 _apply_augmentation_compiled = tf.function(apply_augmentation, jit_compile=True)
 
 
-def augment_batch(images, random_flip=True, seed=None):
+def augment_batch(images, random_flip=True, seed=None, key=None):
   """Random flip, brightness and contrast, then normalization, of a batch.
 
   Args:
     images: uint8 [batch, height, width, 3] (static height and width).
     random_flip: flip left/right with probability 0.5.
     seed: op-level seed for reproducible augmentation, or None.
+    key: int64 [2] stateless key of the draws instead of seed, or None
+      (draw_augmentation).
 
   Returns:
     Normalized float32 [batch, height, width, 3].
   """
-  augmentation = draw_augmentation(tf.shape(images)[0], random_flip, seed)
+  augmentation = draw_augmentation(tf.shape(images)[0], random_flip, seed, key)
   return _apply_augmentation_compiled(images, augmentation)
 
 

@@ -11,6 +11,10 @@ from estimator_tpu.data import schema
 SHUFFLE_BUFFER = 1024
 READ_BUFFER_BYTES = 8 * 1024 * 1024
 CYCLE_LENGTH = 16
+# Streams of stateless draw keys under one --seed (deterministic input): the
+# crop windows of images and the augmentations of batches.
+CROP_STREAM = 0
+AUGMENTATION_STREAM = 1
 
 
 def eval_steps(num_examples, global_batch_size):
@@ -57,13 +61,15 @@ def training_files_by_host(files, num_hosts):
   return [files[host::num_hosts] for host in range(num_hosts)]
 
 
-def _read_records(file_pattern, is_training, seed, context):
+def _read_records(file_pattern, is_training, seed, context, deterministic=False):
   """This host's records: disjoint from every other host's, together all of them.
 
   On a pod each host calls the input_fn (PER_HOST_V2). Training with at least
   as many non-empty files as hosts gives each host every hosts-th non-empty
   file of the sorted list, so no file is read twice in an epoch and no host
-  is left with only empty files, and shuffles only its own files.
+  is left with only empty files, and shuffles only its own files; its files'
+  records interleave in whatever order they are read, or, when
+  `deterministic`, in a fixed order.
   Evaluation, and training with fewer files than hosts, give each host every
   hosts-th record of the same deterministic stream over all files: exact, and
   no host is left without records (every host reads every file, though).
@@ -77,7 +83,7 @@ def _read_records(file_pattern, is_training, seed, context):
     mine = by_host[host]
     names = tf.data.Dataset.from_tensor_slices(mine).shuffle(
         len(mine), seed=seed, reshuffle_each_iteration=True)
-    return _records(names, deterministic=False)
+    return _records(names, deterministic=deterministic)
   names = tf.data.Dataset.from_tensor_slices(files)
   return _records(names, deterministic=True).shard(hosts, host)
 
@@ -87,56 +93,86 @@ def _decode(serialized):
   return image_ops.decode_image(parsed["image_bytes"]), parsed["label"]
 
 
-def _train_images(records, image_size, cache, seed, dtype=tf.uint8):
+def map_drawing(dataset, fn, seed, deterministic, stream):
+  """dataset.map(fn) in parallel, where fn(*element, key) draws random numbers.
+
+  By default key is None: fn draws from stateful ops (op-level `seed`), and
+  elements come out in the order they finish. With `deterministic`, elements
+  come out in order and fn gets a stateless key, `seed` and `stream` folded
+  with the element's position in the dataset, so its draws do not depend on
+  which thread ran first; the map stays parallel (under op determinism a map
+  with stateful random ops runs on one thread).
+
+  Args:
+    dataset: a tf.data.Dataset.
+    fn: element components..., key -> the mapped element.
+    seed: the run's seed (an int, required with deterministic).
+    deterministic: keyed draws and ordered output, as above.
+    stream: which of the run's key streams (CROP_STREAM, AUGMENTATION_STREAM).
+  """
+  if not deterministic:
+    return dataset.map(lambda *element: fn(*element, None),
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  base = tf.constant([seed, stream], tf.int64)
+
+  def keyed(position, element):
+    element = element if isinstance(element, tuple) else (element,)
+    return fn(*element, tf.random.experimental.stateless_fold_in(base, position))
+
+  return dataset.enumerate().map(keyed, num_parallel_calls=tf.data.AUTOTUNE,
+                                 deterministic=True)
+
+
+def _train_images(records, image_size, cache, seed, dtype=tf.uint8, deterministic=False):
   """Shuffled, repeated ([image_size, image_size, 3] random crop of dtype, label) pairs.
 
   The shuffle buffer holds serialized records, not decoded images, and each
   JPEG decodes only its crop window, at a reduced DCT scale when the window
   is at least twice image_size (image_ops.decode_random_crop). With `cache`,
   every image is decoded in full, exactly, once and cropped from memory in
-  each epoch instead.
+  each epoch instead. `deterministic`: see map_drawing.
   """
   if cache:
     dataset = records.map(_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
     dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
-    return dataset.map(
-        lambda image, label: (image_ops.resize_crop(
-            image_ops.random_crop(image, seed), image_size, dtype), label),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    return map_drawing(
+        dataset, lambda image, label, key: (image_ops.resize_crop(
+            image_ops.random_crop(image, seed, key), image_size, dtype), label),
+        seed, deterministic, CROP_STREAM)
 
-  def decode_crop(serialized):
+  def decode_crop(serialized, key):
     parsed = schema.parse_example(serialized)
-    crop = image_ops.decode_random_crop(parsed["image_bytes"], seed, image_size)
+    crop = image_ops.decode_random_crop(parsed["image_bytes"], seed, image_size, key)
     return image_ops.resize_crop(crop, image_size, dtype), parsed["label"]
 
   dataset = records.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
-  return dataset.map(decode_crop, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  return map_drawing(dataset, decode_crop, seed, deterministic, CROP_STREAM)
 
 
-def _augmented_batches(dataset, batch_size, random_flip, seed):
+def _augmented_batches(dataset, batch_size, random_flip, seed, deterministic=False):
   """Batches of uint8 crops -> ({image: augmented float32 batch}, labels)."""
   tf_startup.quiet_first_xla_compile()  # augment_batch is XLA-compiled
   # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
   dataset = dataset.batch(batch_size, drop_remainder=True)
-  return dataset.map(
-      lambda images, labels: ({schema.IMAGE_KEY: image_ops.augment_batch(
-          images, random_flip=random_flip, seed=seed)}, labels),
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  return map_drawing(
+      dataset, lambda images, labels, key: ({schema.IMAGE_KEY: image_ops.augment_batch(
+          images, random_flip=random_flip, seed=seed, key=key)}, labels),
+      seed, deterministic, AUGMENTATION_STREAM)
 
 
-def _batches_to_augment_on_device(dataset, batch_size, random_flip, seed):
+def _batches_to_augment_on_device(dataset, batch_size, random_flip, seed, deterministic=False):
   """Batches of bfloat16 crops -> ({image: the crops, augmentation: draws}, labels).
 
   The host only draws each image's flip, brightness and contrast (a few
   numbers); device_augmentation applies them inside the model_fn.
   """
   dataset = dataset.batch(batch_size, drop_remainder=True)
-  return dataset.map(
-      lambda images, labels: ({
+  return map_drawing(
+      dataset, lambda images, labels, key: ({
           schema.IMAGE_KEY: images,
           schema.AUGMENTATION_KEY: image_ops.draw_augmentation(
-              batch_size, random_flip=random_flip, seed=seed)}, labels),
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+              batch_size, random_flip=random_flip, seed=seed, key=key)}, labels),
+      seed, deterministic, AUGMENTATION_STREAM)
 
 
 def _eval_images(records, image_size, cache, central_fraction):
@@ -174,7 +210,8 @@ def _pad_eval(dataset, image_size, num_examples, global_batch_size, num_hosts=1)
 
 def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
                   global_batch_size=None, cache=False, transpose_input=None,
-                  random_flip=True, seed=None, augment_on_device=None, eval_crop=None):
+                  random_flip=True, seed=None, augment_on_device=None, eval_crop=None,
+                  deterministic=False):
   """Builds the input_fn TPUEstimator calls with params['batch_size'] per shard.
 
   Args:
@@ -200,6 +237,11 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
     eval_crop: evaluation only: the central fraction of each side kept before
       resizing (preprocess_for_eval's central_fraction; 1.0: the whole image).
       None: params['eval_crop'] (1.0 when absent).
+    deterministic: training only: the same seed gives the same batches in
+      the same order, however the threads run: files interleave in a fixed
+      order, and each image's crop and each batch's augmentation are drawn
+      with stateless ops keyed by the seed and their position in the stream
+      (map_drawing). Needs a seed.
 
   Returns:
     input_fn(params) -> tf.data.Dataset of (features, labels). Features is a
@@ -210,6 +252,8 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
   """
   if not is_training and (num_examples is None or global_batch_size is None):
     raise ValueError("an evaluation input_fn needs num_examples and global_batch_size")
+  if is_training and deterministic and seed is None:
+    raise ValueError("a deterministic training input_fn needs a seed")
 
   def input_fn(params):
     batch_size = params["batch_size"]
@@ -218,13 +262,15 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
                  else transpose_input)
     on_device = (params.get("augment_on_device", False) if augment_on_device is None
                  else augment_on_device)
-    records = _read_records(file_pattern, is_training, seed, params.get("context"))
+    records = _read_records(file_pattern, is_training, seed, params.get("context"),
+                            deterministic)
     if is_training and on_device:
-      dataset = _train_images(records, size, cache, seed, tf.bfloat16)
-      dataset = _batches_to_augment_on_device(dataset, batch_size, random_flip, seed)
+      dataset = _train_images(records, size, cache, seed, tf.bfloat16, deterministic)
+      dataset = _batches_to_augment_on_device(dataset, batch_size, random_flip, seed,
+                                              deterministic)
     elif is_training:
-      dataset = _train_images(records, size, cache, seed)
-      dataset = _augmented_batches(dataset, batch_size, random_flip, seed)
+      dataset = _train_images(records, size, cache, seed, deterministic=deterministic)
+      dataset = _augmented_batches(dataset, batch_size, random_flip, seed, deterministic)
     else:
       crop = params.get("eval_crop", 1.0) if eval_crop is None else eval_crop
       dataset = _eval_images(records, size, cache, crop)

@@ -10,6 +10,7 @@ import tensorflow as tf
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.training import checkpoints
 from estimator_tpu.training import curves
+from estimator_tpu.training import determinism
 from estimator_tpu.training import preemption
 from estimator_tpu.training import strategy_estimator
 
@@ -57,7 +58,7 @@ def make_inputs(config, info):
   # reach model_fn: one route from the flags.
   train_fn = input_pipeline.make_input_fn(
       info.train_pattern, True, cache=d.cache, random_flip=d.random_flip,
-      seed=t.seed or None)
+      seed=t.seed or None, deterministic=t.deterministic)
   eval_fn = None
   steps = 0
   if info.num_eval_examples:
@@ -157,6 +158,8 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True, watch=None
 
   Resumes from the newest checkpoint in model_dir that restores: re-running
   the same command after a kill continues from that step, never from 0.
+  With --deterministic, runs under TensorFlow's op determinism
+  (determinism.deterministic_ops).
 
   Args:
     estimator: what assemble.build() returns.
@@ -174,6 +177,11 @@ def train_and_evaluate(estimator, config, inputs, evaluate_each=True, watch=None
     preemption.Preempted: a watched signal arrived.
     ConfigError: model_dir has checkpoints but none restores.
   """
+  with determinism.deterministic_ops(config.train.deterministic):
+    return _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks)
+
+
+def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
   t, r = config.train, config.runtime
   watch = watch or preemption.Watch()
   train_hooks, eval_hooks = [watch.hook(), *hooks], [watch.eval_hook(), *hooks]

@@ -53,12 +53,36 @@ def classification_loss(labels, logits, weights, params):
       onehot, logits, weights=weights, label_smoothing=params["label_smoothing"])
 
 
+def _examples_per_sec(step, global_batch):
+  """float64 scalar: examples a second since the previous call (0 at the first)."""
+  now = tf.timestamp()
+  # (time, step) of the previous call. A callable initializer: on TPU this
+  # runs inside the outfeed's control-flow context, where a tensor initial
+  # value is rejected.
+  last = tf.compat.v1.get_local_variable(
+      "examples_per_sec_last", shape=[2], dtype=tf.float64,
+      initializer=tf.compat.v1.constant_initializer([-1.0, 0.0]))
+  seconds = now - last[0]
+  steps = tf.cast(step, tf.float64) - last[1]
+  rate = tf.where(last[0] > 0, steps * global_batch / tf.maximum(seconds, 1e-6),
+                  tf.constant(0.0, tf.float64))
+  with tf.control_dependencies([rate]):
+    remember = last.assign(tf.stack([now, tf.cast(step, tf.float64)]))
+  with tf.control_dependencies([remember]):
+    return tf.identity(rate)
+
+
 def _host_call(global_step, loss, lr, correct, params):
-  """Training summaries written on the host: TPU-safe, and a hook off TPU."""
+  """Training summaries written on the host: TPU-safe, and a hook off TPU.
+
+  With params['deterministic'] there is no train/examples_per_sec: op
+  determinism refuses TensorFlow's clock (tf.timestamp) inside the graph.
+  """
   model_dir = params["model_dir"]
   global_batch = params["train_batch_size"]
   queue = params["iterations_per_loop"]
   every_n = params.get("summary_every_n_steps", 1)
+  timed = not params.get("deterministic", False)
 
   def host_call_fn(step, loss, lr, correct):
     step = step[0]
@@ -66,24 +90,12 @@ def _host_call(global_step, loss, lr, correct, params):
       # On a TPU the host_call itself runs every n steps; off TPU it runs every
       # step, and only every n-th writes.
       with tf.compat.v2.summary.record_if(tf.equal(step % every_n, 0)):
-        now = tf.timestamp()
-        # (time, step) of the previous call. A callable initializer: on TPU this
-        # runs inside the outfeed's control-flow context, where a tensor
-        # initial value is rejected.
-        last = tf.compat.v1.get_local_variable(
-            "examples_per_sec_last", shape=[2], dtype=tf.float64,
-            initializer=tf.compat.v1.constant_initializer([-1.0, 0.0]))
-        seconds = now - last[0]
-        steps = tf.cast(step, tf.float64) - last[1]
-        rate = tf.where(last[0] > 0, steps * global_batch / tf.maximum(seconds, 1e-6),
-                        tf.constant(0.0, tf.float64))
-        with tf.control_dependencies([rate]):
-          remember = last.assign(tf.stack([now, tf.cast(step, tf.float64)]))
-        with tf.control_dependencies([remember]):
-          tf.compat.v2.summary.scalar("train/loss", tf.reduce_mean(loss), step=step)
-          tf.compat.v2.summary.scalar("train/learning_rate", lr[0], step=step)
-          tf.compat.v2.summary.scalar("train/accuracy", tf.reduce_mean(correct), step=step)
-          tf.compat.v2.summary.scalar("train/examples_per_sec", rate, step=step)
+        tf.compat.v2.summary.scalar("train/loss", tf.reduce_mean(loss), step=step)
+        tf.compat.v2.summary.scalar("train/learning_rate", lr[0], step=step)
+        tf.compat.v2.summary.scalar("train/accuracy", tf.reduce_mean(correct), step=step)
+        if timed:
+          tf.compat.v2.summary.scalar("train/examples_per_sec",
+                                      _examples_per_sec(step, global_batch), step=step)
         return tf.compat.v1.summary.all_v2_summary_ops()
 
   def as_vector(x):

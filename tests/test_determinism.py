@@ -1,0 +1,91 @@
+"""--deterministic: op determinism only while a run trains; the same losses run after run."""
+
+import os
+import shutil
+
+from absl import flags
+from conftest import IMAGE_SIZE
+from conftest import summary_scalars
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
+
+from estimator_tpu import config as config_lib
+from estimator_tpu import flags as flags_lib
+from estimator_tpu.training import determinism
+import train
+
+RUN = [f"--image_size={IMAGE_SIZE}", "--train_batch_size=8", "--eval_batch_size=8",
+       "--summary_every_n_steps=1", "--mode=train", "--seed=7"]
+
+
+def test_deterministic_ops_is_on_inside_the_block_and_put_back_after():
+  assert not tf_config.is_op_determinism_enabled()
+  with determinism.deterministic_ops(True):
+    assert tf_config.is_op_determinism_enabled()
+    with pytest.raises(tf.errors.FailedPreconditionError, match="determinism"):
+      tf.timestamp()  # a clock is what op determinism refuses
+  assert not tf_config.is_op_determinism_enabled()
+  with determinism.deterministic_ops(False):
+    assert not tf_config.is_op_determinism_enabled()
+  tf.config.experimental.enable_op_determinism()
+  try:
+    with determinism.deterministic_ops(True):
+      pass
+    assert tf_config.is_op_determinism_enabled()  # on before: left on
+  finally:
+    tf_config.disable_op_determinism()
+
+
+def _train(data_dir, model_dir, *args):
+  """train.py's run in this process; returns its per-step training losses {step: loss}."""
+  flag_values = flags.FlagValues()
+  flags_lib.define_flags(flag_values)
+  flag_values(["train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}", *RUN, *args])
+  assert train.run(flag_values) == 0
+  assert not tf_config.is_op_determinism_enabled()  # put back for whatever runs next
+  return summary_scalars(str(model_dir), "train/loss")
+
+
+def _resume_copy(model_dir, to):
+  shutil.copytree(model_dir, to)
+  for name in os.listdir(to):
+    if name.startswith("events."):
+      os.remove(os.path.join(to, name))  # only the resumed run's summaries
+  return to
+
+
+@pytest.mark.parametrize("model", [("--model=flowers",),
+                                   ("--model=resnet", "--resnet_depth=18")],
+                         ids=["flowers", "resnet18"])
+def test_two_runs_and_two_resumes_of_one_checkpoint_give_identical_losses(
+    tmp_path, digits_dir, model):
+  command = [*model, "--deterministic", "--steps_per_eval=3"]
+  first = _train(digits_dir, tmp_path / "first", *command, "--train_steps=3")
+  second = _train(digits_dir, tmp_path / "second", *command, "--train_steps=3")
+  assert sorted(first) == [0, 1, 2]
+  assert first == second  # bit for bit
+  resumed = [_train(digits_dir, _resume_copy(tmp_path / "first", tmp_path / name), *command,
+                    "--train_steps=6") for name in ("resumed_a", "resumed_b")]
+  assert sorted(resumed[0]) == [3, 4, 5]
+  assert resumed[0] == resumed[1]
+  losses = [*first.values(), *resumed[0].values()]
+  assert all(0.01 < loss < 20 for loss in losses) and len(set(losses)) == 6  # it trains
+  saved = config_lib.read_config(str(tmp_path / "resumed_a"))
+  assert saved.train.deterministic and saved.train.seed == 7
+
+
+def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_path, digits_dir):
+  deterministic = _train(digits_dir, tmp_path / "seed7", "--deterministic", "--train_steps=2",
+                         "--steps_per_eval=2")
+  other_seed = _train(digits_dir, tmp_path / "seed8", "--deterministic", "--train_steps=2",
+                      "--steps_per_eval=2", "--seed=8")
+  assert deterministic[0] != other_seed[0]
+  # Only the deterministic run does without TensorFlow's clock in its summaries.
+  assert summary_scalars(str(tmp_path / "seed7"), "train/examples_per_sec") == {}
+  default = _train(digits_dir, tmp_path / "default", "--train_steps=2", "--steps_per_eval=2")
+  assert sorted(default) == [0, 1]
+  rates = summary_scalars(str(tmp_path / "default"), "train/examples_per_sec")
+  assert rates[0] == 0 and rates[1] > 0
+  saved = config_lib.read_config(str(tmp_path / "default"))
+  assert saved.train.deterministic is False and saved.to_params()["deterministic"] is False
