@@ -56,8 +56,10 @@ def _resume_copy(model_dir, to):
 
 
 @pytest.mark.parametrize("model", [("--model=flowers",),
-                                   ("--model=resnet", "--resnet_depth=18")],
-                         ids=["flowers", "resnet18"])
+                                   ("--model=resnet", "--resnet_depth=18"),
+                                   ("--model=flowers", "--engine=distribute"),
+                                   ("--model=resnet", "--resnet_depth=18", "--engine=distribute")],
+                         ids=["flowers", "resnet18", "flowers-distribute", "resnet18-distribute"])
 def test_two_runs_and_two_resumes_of_one_checkpoint_give_identical_losses(
     tmp_path, digits_dir, model):
   command = [*model, "--deterministic", "--steps_per_eval=3"]
@@ -89,3 +91,15 @@ def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_pa
   assert rates[0] == 0 and rates[1] > 0
   saved = config_lib.read_config(str(tmp_path / "default"))
   assert saved.train.deterministic is False and saved.to_params()["deterministic"] is False
+
+
+@pytest.mark.parametrize("model", [("--model=flowers", "--dropout_rate=0"),
+                                   ("--model=resnet", "--resnet_depth=18")],
+                         ids=["flowers", "resnet18"])
+def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir, model):
+  command = [*model, "--deterministic", "--steps_per_eval=4", "--train_steps=4"]
+  estimator = _train(digits_dir, tmp_path / "estimator", *command, "--engine=estimator")
+  distribute = _train(digits_dir, tmp_path / "distribute", *command, "--engine=distribute")
+  assert sorted(distribute) == sorted(estimator) == [0, 1, 2, 3]
+  for step, loss in estimator.items():
+    assert distribute[step] == pytest.approx(loss, rel=1e-3), step
