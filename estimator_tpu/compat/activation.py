@@ -65,6 +65,8 @@ def activate():
   from estimator_tpu.compat import layer_hooks
   layer_hooks.install(stacks.keras.layers.Layer)
   tf_standins.restore_estimator_attributes()
+  from estimator_tpu.compat import engine
+  engine.route_estimator_api()
   # TF 2.15's own tf.compat.v1.estimator is this API module tree ("TPUConfig is deprecated").
   if stacks.NAME == "tf2.15":
     importlib.import_module(_TF215_ESTIMATOR_V1)

@@ -44,6 +44,7 @@ from estimator_tpu.training import tf1_variables
 
 ModeKeys = stacks.ModeKeys
 KEEP_CHECKPOINTS = strategy_estimator.KEEP_CHECKPOINTS
+SAVE_AT_END = 2 ** 62  # save_checkpoints_steps of a run that checkpoints when train() ends
 CHECKPOINT_NAME = "model.ckpt"
 EVAL_DIR = "eval"
 
@@ -57,8 +58,35 @@ class HostContext:
     self.num_replicas = input_context.num_replicas_in_sync if input_context else 1
 
 
-def _call_model_fn(model_fn, features, labels, mode, params):
-  return strategy_estimator.call_model_fn(model_fn, features, labels, mode, params)
+def _call_model_fn(model_fn, features, labels, mode, params, config):
+  """The model_fn's spec; what a session-free engine cannot run is refused by name."""
+  spec = strategy_estimator.call_model_fn(model_fn, features, labels, mode, params, config)
+  scaffold = getattr(spec, "scaffold", None)
+  if getattr(spec, "scaffold_fn", None) is not None:
+    # Called here, in the trace: its init_from_checkpoint and Saver are recorded
+    # (tf1_variables.VariableStore) and done by the engine.
+    scaffold = spec.scaffold_fn()
+  _check_scaffold(scaffold)
+  for kind in ("training_hooks", "evaluation_hooks", "prediction_hooks"):
+    hooks = getattr(spec, kind, None) or ()
+    if hooks:
+      raise distribute_hooks.refusal(hooks[0], f"is one of the model_fn's {kind} (they fetch "
+                                                "the tensors of the graph being built)")
+  return spec
+
+
+def _check_scaffold(scaffold):
+  """A Scaffold whose work needs a session is refused, naming what it holds."""
+  if scaffold is None:
+    return
+  needs_session = [name for name in ("init_op", "init_fn", "init_feed_dict", "local_init_op",
+                                     "ready_op", "ready_for_local_init_op")
+                   if getattr(scaffold, "_" + name, None) is not None]
+  if needs_session:
+    raise distribute_hooks.UnsupportedHookError(
+        f"the model_fn's Scaffold sets {', '.join(needs_session)}, which need a TF 1 "
+        "session; --engine=distribute runs none (its init_from_checkpoint and its saver are "
+        "supported): use --engine=estimator / ESTIMATOR_TPU_ENGINE=estimator")
 
 
 def _host_call_ops(host_call):
@@ -85,13 +113,19 @@ class DistributeEstimator:
     seed: the global random seed (RunConfig's tf_random_seed), or None.
     warm_start_from: a checkpoint whose trainable variables start a new run.
     export_estimator_fn: () -> the estimator that exports the SavedModel.
+    summary_every_n_steps: unused by the engine itself (the host_call decides).
+    run_config: what a model_fn with a `config` argument gets.
+    keep_checkpoint_max: checkpoints kept.
+    save_checkpoints_secs: also checkpoint when this long has passed since the
+      last one (RunConfig's time-based saving), between loops.
   """
 
   def __init__(self, model_fn, params, strategy, model_dir, train_batch_size,
                eval_batch_size, predict_batch_size=None, use_tpu=False,
                iterations_per_loop=100, save_checkpoints_steps=100, jit_compile=False,
                seed=None, warm_start_from=None, export_estimator_fn=None,
-               summary_every_n_steps=100):
+               summary_every_n_steps=100, run_config=None,
+               keep_checkpoint_max=KEEP_CHECKPOINTS, save_checkpoints_secs=None):
     self._model_fn = model_fn
     self.params = dict(params)
     self.strategy = strategy
@@ -106,6 +140,9 @@ class DistributeEstimator:
     self._warm_start_from = warm_start_from
     self._export_estimator_fn = export_estimator_fn
     self._summary_every_n = max(1, summary_every_n_steps)
+    self.config = run_config
+    self._keep = keep_checkpoint_max
+    self._save_secs = save_checkpoints_secs
     self._store = tf1_variables.VariableStore(strategy)
     self._functions = {}
     self._saver = None
@@ -159,18 +196,25 @@ class DistributeEstimator:
     the engine keeps each one, as the estimator's graph kept its writers.
     """
     kept = self.__dict__.setdefault("_kept_writers", [])
-    cls = summary_ops_v2._ResourceSummaryWriter  # pylint: disable=protected-access
-    original = cls.__init__
+    # tf.summary's writer and tf.contrib.summary's (TF 1.15's) one.
+    classes = [getattr(summary_ops_v2, name) for name in
+               ("_ResourceSummaryWriter", "_LegacyResourceSummaryWriter")
+               if hasattr(summary_ops_v2, name)]
+    originals = {cls: cls.__dict__["__init__"] for cls in classes}
 
-    def init(writer, *args, **kwargs):
-      original(writer, *args, **kwargs)
-      kept.append(writer)
+    def keeping(original):
+      def init(writer, *args, **kwargs):
+        original(writer, *args, **kwargs)
+        kept.append(writer)
+      return init
 
-    cls.__init__ = init
+    for cls, original in originals.items():
+      cls.__init__ = keeping(original)
     try:
       yield
     finally:
-      cls.__init__ = original
+      for cls, original in originals.items():
+        cls.__init__ = original
 
   def _replica_spec(self, features, labels, mode):
     """The model_fn's spec for one replica, its variables from the store."""
@@ -178,7 +222,8 @@ class DistributeEstimator:
         warnings.catch_warnings():
       warnings.filterwarnings("ignore", message=".*layer.updates.*")
       tf.compat.v1.train.get_or_create_global_step()
-      spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode))
+      spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
+                            self.config)
     return spec
 
   def _function(self, name, python_fn):
@@ -202,7 +247,7 @@ class DistributeEstimator:
                       for name, v in self._store.global_variables().items()}
       with _quiet_tf_log():  # "Saver is deprecated": the names are the point here
         self._saver = tf.compat.v1.train.Saver(
-            var_list=first_copies, max_to_keep=KEEP_CHECKPOINTS, save_relative_paths=True)
+            var_list=first_copies, max_to_keep=self._keep, save_relative_paths=True)
       state = tf.train.get_checkpoint_state(self.model_dir)
       if state is not None:
         self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
@@ -213,9 +258,15 @@ class DistributeEstimator:
     path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
     if path:
       self._assign_from(path, self._store.global_variables())
+      for var_list in self._store.savers:  # a scaffold's saver, e.g. moving averages
+        self._assign_from(path, var_list)
       return path
     if self._warm_start_from:
       self._warm_start()
+    for name, (variable, ckpt_file, tensor_name) in self._store.checkpoint_initializers.items():
+      del name
+      with self.strategy.scope():
+        variable.assign(tf.train.load_variable(ckpt_file, tensor_name))
     return None
 
   def _assign_from(self, path, variables):
@@ -321,12 +372,15 @@ class DistributeEstimator:
       return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners):
-    listeners = list(saving_listeners or [])
-    runner = distribute_hooks.HookRunner(hooks or [], ModeKeys.TRAIN)
+    hooks, plan = distribute_hooks.take_over(hooks or [], self.model_dir)
+    listeners = [*(saving_listeners or []), *plan.listeners]
+    save_steps = min(self._save_steps, plan.every_steps or self._save_steps)
+    save_secs = min(x for x in (self._save_secs, plan.every_secs, float("inf")) if x)
+    runner = distribute_hooks.HookRunner(hooks, ModeKeys.TRAIN)
     iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
     function = self._train_function()
     function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))  # makes the variables
-    self._restore()
+    fresh = self._restore() is None
     step = self._global_step()
     last = max_steps if max_steps is not None else (
         step + steps if steps is not None else float("inf"))
@@ -336,10 +390,12 @@ class DistributeEstimator:
       listener.begin()
     runner.begin()
     runner.after_create_session()
-    saved_at = step
+    if fresh:  # as the Estimator's saver does when a run starts from nothing
+      self._save(listeners)
+    saved_at, saved_time = step, time.time()
     stop = False
     while step < last and not stop:
-      until_save = self._save_steps - step % self._save_steps
+      until_save = save_steps - step % save_steps
       count = int(min(self._iterations, last - step, until_save))
       runner.before_run()
       began = time.time()
@@ -353,9 +409,9 @@ class DistributeEstimator:
             "global_step=tf.compat.v1.train.get_or_create_global_step()))")
       step = new_step
       self._write_train_summaries(step, loss, count / max(seconds, 1e-9))
-      if step % self._save_steps == 0:
+      if step % save_steps == 0 or time.time() - saved_time >= save_secs:
         stop = self._save(listeners)
-        saved_at = step
+        saved_at, saved_time = step, time.time()
       stop = runner.after_run(step) or stop
     if saved_at != step:
       self._save(listeners)

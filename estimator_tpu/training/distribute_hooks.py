@@ -9,7 +9,51 @@ way: it is refused with its name and what to use instead, never run as if
 it had worked.
 """
 
+import dataclasses
+import os
+
 import tensorflow as tf
+
+_CheckpointSaverHook = tf.compat.v1.train.CheckpointSaverHook
+# Hooks whose work the engine does itself: the step rate is in its `global_step/sec`.
+_DONE_BY_THE_ENGINE = (tf.compat.v1.train.StepCounterHook,)
+
+
+@dataclasses.dataclass
+class SavingPlan:
+  """What CheckpointSaverHooks asked for, done by the engine's own saver."""
+  every_steps: int = 0
+  every_secs: float = 0
+  listeners: list = dataclasses.field(default_factory=list)
+
+
+def take_over(hooks, model_dir):
+  """(hooks the runner runs, SavingPlan) — checkpoint saver hooks become the engine's saving.
+
+  A CheckpointSaverHook (and its subclasses, e.g. tf.contrib.tpu's
+  AsyncCheckpointSaverHook) saves the model into its checkpoint_dir every N
+  steps or seconds and tells its listeners: the engine saves its own
+  name-based checkpoints into model_dir at that cadence and tells the same
+  listeners. One writing elsewhere is refused.
+  """
+  kept, plan = [], SavingPlan()
+  for hook in hooks:
+    if isinstance(hook, _DONE_BY_THE_ENGINE):
+      continue
+    if not isinstance(hook, _CheckpointSaverHook):
+      kept.append(hook)
+      continue
+    directory = getattr(hook, "_checkpoint_dir", model_dir)
+    if os.path.normpath(str(directory)) != os.path.normpath(str(model_dir)):
+      raise refusal(hook, f"saves into {directory}, not the model_dir {model_dir}")
+    timer = hook._timer  # pylint: disable=protected-access
+    steps, secs = timer._every_steps, timer._every_secs  # pylint: disable=protected-access
+    if steps:
+      plan.every_steps = min(plan.every_steps or steps, steps)
+    if secs:
+      plan.every_secs = min(plan.every_secs or secs, secs)
+    plan.listeners.extend(hook._listeners)  # pylint: disable=protected-access
+  return kept, plan
 
 
 class UnsupportedHookError(ValueError):

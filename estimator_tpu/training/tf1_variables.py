@@ -16,7 +16,17 @@ the model_fn inside `VariableStore.scope()`:
   prediction, and a checkpoint of either engine restores into it by name;
 - every variable handed out is added to the collections TF 1 would have put
   it in, in the graph being traced, so `minimize()`, `trainable_variables()`
-  and `get_or_create_global_step()` find it;
+  and `get_or_create_global_step()` find it; tensors and variables hash by
+  identity, as in TF 1;
+- `tf.compat.v1.train.init_from_checkpoint` (BERT's pre-trained weights)
+  sets initializers in TF 1, which run once, when a run starts from nothing;
+  inside a function its assign ops would run at every step: here each is
+  recorded instead (`checkpoint_initializers`), and the engine assigns them
+  once, at a fresh start;
+- a `tf.compat.v1.train.Saver` built in a trace (a scaffold's saver, e.g.
+  restoring moving averages for evaluation) builds no ops: its
+  {checkpoint name: variable} map is recorded (`savers`) for the engine's
+  restore;
 - under a MirroredStrategy the replicas after the first are traced in their
   own name scopes, where Keras numbers its layers anew (`conv_bn_1`): they get
   the first replica's variables in the order of the names with those numbers
@@ -30,6 +40,8 @@ import threading
 
 import tensorflow as tf
 from tensorflow.python.ops import variable_scope
+from tensorflow.python.training import checkpoint_utils
+from tensorflow.python.training import saver as saver_lib
 
 GraphKeys = tf.compat.v1.GraphKeys
 # Collections a trace starts empty: TF 1 built each graph once.
@@ -108,6 +120,8 @@ class VariableStore:
     self._strategy = strategy
     self.variables = {}
     self.local_names = set()
+    self.checkpoint_initializers = {}  # variable name -> (variable, checkpoint file, tensor name)
+    self.savers = []  # {checkpoint name: variable} of each Saver built in a trace
     self._making = threading.local()
     self._bases = []
     self._trace = None
@@ -125,13 +139,55 @@ class VariableStore:
     for g, name in saved:
       del g.get_collection_ref(name)[:]
     self._bases.append(graph.get_name_scope())
+    # TF 1 hashed tensors and variables by identity (`set(tf.trainable_variables())`).
+    equality = tf.Tensor._USE_EQUALITY  # pylint: disable=protected-access
+    tf.compat.v1.disable_tensor_equality()
     try:
-      with tf.compat.v1.variable_creator_scope(self._creator):
+      with tf.compat.v1.variable_creator_scope(self._creator), self._recording():
         yield
     finally:
+      if equality:
+        tf.compat.v1.enable_tensor_equality()
       self._bases.pop()
       for (g, name), items in saved.items():
         g.get_collection_ref(name)[:] = items
+
+  @contextlib.contextmanager
+  def _recording(self):
+    """init_from_checkpoint's initializers and Savers built in the trace: recorded, not built."""
+    set_initializer = checkpoint_utils._set_checkpoint_initializer  # pylint: disable=protected-access
+    build = saver_lib.Saver._build  # pylint: disable=protected-access
+
+    def record_initializer(variable, ckpt_file, tensor_name, slice_spec, name=None):
+      del name
+      if slice_spec:
+        raise ValueError(f"init_from_checkpoint of the partitioned variable {tensor_name!r} "
+                         "is not supported by --engine=distribute")
+      key = self._name_of(variable)
+      self.checkpoint_initializers[key] = (variable, ckpt_file, tensor_name)
+
+    store = self
+
+    def record_saver(saver, checkpoint_path, build_save, build_restore):
+      del checkpoint_path, build_save, build_restore
+      var_list = saver._var_list  # pylint: disable=protected-access
+      if not isinstance(var_list, dict):
+        var_list = {store._name_of(v): v for v in (var_list or store.global_variables().values())}
+      store.savers.append(dict(var_list))
+
+    checkpoint_utils._set_checkpoint_initializer = record_initializer  # pylint: disable=protected-access
+    saver_lib.Saver._build = record_saver  # pylint: disable=protected-access
+    try:
+      yield
+    finally:
+      checkpoint_utils._set_checkpoint_initializer = set_initializer  # pylint: disable=protected-access
+      saver_lib.Saver._build = build  # pylint: disable=protected-access
+
+  def _name_of(self, variable):
+    for name, known in self.variables.items():
+      if known is variable:
+        return name
+    return variable.name.split(":")[0]
 
   @contextlib.contextmanager
   def replicas(self):

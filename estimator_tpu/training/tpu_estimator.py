@@ -113,11 +113,20 @@ PJRT_ONLY_TPUS = ("v5", "v6", "v7")
 
 def pjrt_tpu(runtime, environ=os.environ):
   """Whether --use_tpu's TPU runs TensorFlow only through PJRT (v5e, v5p, v6e, Colab/Kaggle)."""
-  if not runtime.use_tpu:
+  return pjrt_tpu_environment(runtime.use_tpu, runtime.tpu_topology, environ)
+
+
+def pjrt_tpu_environment(use_tpu, tpu_topology, environ=os.environ):
+  """pjrt_tpu() for a TPU run described by its use_tpu, accelerator type and environment.
+
+  PJRT_DEVICE=TPU is what TensorFlow's TPU builds and Colab/Kaggle set for
+  PJRT; TPU_ACCELERATOR_TYPE is set on TPU VMs.
+  """
+  if not use_tpu:
     return False
   if environ.get("PJRT_DEVICE", "").upper() == "TPU":
     return True
-  accelerator = (runtime.tpu_topology or environ.get("TPU_ACCELERATOR_TYPE", "")).lower()
+  accelerator = (tpu_topology or environ.get("TPU_ACCELERATOR_TYPE", "")).lower()
   return accelerator.startswith(PJRT_ONLY_TPUS)
 
 
