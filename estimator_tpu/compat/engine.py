@@ -5,8 +5,9 @@ A TPUEstimator program builds `tf.contrib.tpu.TPUEstimator(...)` itself. With
 through PJRT: v5e, v5p, v6e) the same call gives the distribute engine
 (training/distribute_engine.py) with the program's model_fn, params, batch
 sizes and RunConfig, offering train / evaluate / predict / export_saved_model;
-otherwise (the default) it is TensorFlow's TPUEstimator. Either way the
-program's first line of output names the engine.
+otherwise (the default) it is TensorFlow's TPUEstimator. Without the
+variable (or with `estimator`), nothing is replaced: the programs get
+TensorFlow's TPUEstimator itself.
 """
 
 import os
@@ -55,8 +56,12 @@ _V1_TPU_API = "tensorflow_estimator._api.v1.estimator.tpu"
 
 
 def route_estimator_api(environ=os.environ):
-  """Under ESTIMATOR_TPU_ENGINE=distribute (or auto on a PJRT TPU), tf.estimator.tpu's
-  TPUEstimator is this one too; otherwise that module is left as TensorFlow made it."""
+  """Under ESTIMATOR_TPU_ENGINE=distribute (or auto on a PJRT TPU), TPUEstimator is this one.
+
+  The estimator API module is where tf.estimator.tpu, tf.compat.v1.estimator.tpu,
+  tensorflow.compat.v1.estimator and the compat layer's tf.contrib.tpu find
+  it; otherwise that module is left as TensorFlow made it.
+  """
   if chosen_engine(True, environ) != "distribute":
     return False
   import importlib
@@ -104,6 +109,5 @@ class TPUEstimator(_TPUEstimator):
 
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)
-    context = getattr(self, "_ctx", None)
-    on_tpu = context is not None and not context.is_running_on_cpu()
+    on_tpu = getattr(getattr(self, "_ctx", None), "_use_tpu", False)
     loop.say(f"engine: estimator (TPUEstimator on {'TPU' if on_tpu else 'CPU/GPU'})")

@@ -24,12 +24,10 @@ _SUMMARY_NOTE = ("TF-internal module tf.contrib.summary re-exported in 1.15; "
                  "the global step.")
 
 TPU = {
-    "TPUEstimator": reimplemented(
-        _C + "engine:TPUEstimator",
-        "TPUEstimator (export_savedmodel is still there, a deprecated alias of "
-        "export_saved_model; use_tpu=False runs on CPU/GPU), or with "
-        "ESTIMATOR_TPU_ENGINE=distribute the same model_fn in tf.functions under a "
-        "tf.distribute strategy (TPUStrategy on PJRT TPUs: v5e, v5p, v6e)."),
+    "TPUEstimator": mapped(
+        _EST_TPU + "TPUEstimator",
+        "Same class. export_savedmodel is still there (deprecated alias of "
+        "export_saved_model). use_tpu=False runs on CPU/GPU."),
     "TPUEstimatorSpec": reimplemented(
         _C + "tpu:TPUEstimatorSpec",
         "Subclass of tf.compat.v1.estimator.tpu.TPUEstimatorSpec. Off TPU "

@@ -75,6 +75,13 @@ def _call_model_fn(model_fn, features, labels, mode, params, config):
   return spec
 
 
+def _features_and_labels(element):
+  """A dataset element as TPUEstimator reads it: (features, labels), or features alone."""
+  if isinstance(element, tuple) and len(element) == 2:
+    return element
+  return element, None
+
+
 def _check_scaffold(scaffold):
   """A Scaffold whose work needs a session is refused, naming what it holds."""
   if scaffold is None:
@@ -331,7 +338,7 @@ class DistributeEstimator:
 
     def train_loop(iterator, steps):
       def body(i, unused_loss):
-        features, labels = iterator.get_next()
+        features, labels = _features_and_labels(iterator.get_next())
         with self._store.replicas(), self._store.outside():
           results = {}
 
@@ -438,7 +445,7 @@ class DistributeEstimator:
 
   def _eval_function(self):
     def eval_step(iterator):
-      features, labels = iterator.get_next()
+      features, labels = _features_and_labels(iterator.get_next())
       results = {}
 
       def replica(features, labels):
@@ -532,8 +539,7 @@ class DistributeEstimator:
         yield {k: v[i] for k, v in batch.items()}
 
   def _predict_step(self, iterator):
-    element = iterator.get_next()
-    features = element[0] if isinstance(element, tuple) else element
+    features, _ = _features_and_labels(iterator.get_next())
 
     def replica(features):
       spec = self._replica_spec(features, None, ModeKeys.PREDICT)

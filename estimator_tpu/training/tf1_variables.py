@@ -23,6 +23,9 @@ the model_fn inside `VariableStore.scope()`:
   inside a function its assign ops would run at every step: here each is
   recorded instead (`checkpoint_initializers`), and the engine assigns them
   once, at a fresh start;
+- `variable.op.name`, which TF 1 code reads for a variable's name (moving
+  averages' `variables_to_restore()`, weight-decay filters), is the
+  variable's name although the variable was made outside the trace;
 - a `tf.compat.v1.train.Saver` built in a trace (a scaffold's saver, e.g.
   restoring moving averages for evaluation) builds no ops: its
   {checkpoint name: variable} map is recorded (`savers`) for the engine's
@@ -39,6 +42,7 @@ import re
 import threading
 
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.ops import variable_scope
 from tensorflow.python.training import checkpoint_utils
 from tensorflow.python.training import saver as saver_lib
@@ -58,6 +62,27 @@ _VARIABLE_ARGS = ("initial_value", "trainable", "validate_shape", "dtype", "cons
                   "synchronization", "aggregation", "shape")
 _REPLICA_SCOPE = re.compile(r"(^|/)replica_\d+(?=/|$)")
 _UNIQUIFIED = re.compile(r"_\d+(?=/|$)")
+
+
+class _VariableOp:
+  """What TF 1 code reads of a variable's op: its name, type and graph (the outermost one)."""
+  type = "VarHandleOp"
+
+  def __init__(self, name):
+    self.name = name
+    with tf.init_scope():
+      self.graph = tf.compat.v1.get_default_graph()
+
+
+_BaseVariable = resource_variable_ops.BaseResourceVariable
+_graph_op = _BaseVariable.op
+
+
+def _op_or_name(variable):
+  try:
+    return _graph_op.fget(variable)
+  except AttributeError:  # made eagerly: "Tensor.op is undefined when eager execution..."
+    return _VariableOp(variable._handle_name.split(":")[0])  # pylint: disable=protected-access
 
 
 class InitialValueError(ValueError):
@@ -177,11 +202,13 @@ class VariableStore:
 
     checkpoint_utils._set_checkpoint_initializer = record_initializer  # pylint: disable=protected-access
     saver_lib.Saver._build = record_saver  # pylint: disable=protected-access
+    _BaseVariable.op = property(_op_or_name)
     try:
       yield
     finally:
       checkpoint_utils._set_checkpoint_initializer = set_initializer  # pylint: disable=protected-access
       saver_lib.Saver._build = build  # pylint: disable=protected-access
+      _BaseVariable.op = _graph_op
 
   def _name_of(self, variable):
     for name, known in self.variables.items():
