@@ -24,6 +24,7 @@ from conftest import NUM_EVAL
 from conftest import tiny_config
 import tensorflow as tf
 
+from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.training import distribute_engine
@@ -234,7 +235,8 @@ def test_a_hook_that_asks_to_stop_ends_training_after_the_loop(tmp_path):
 
 def test_a_train_op_that_does_not_step_is_an_error(tmp_path):
   def model_fn(features, labels, mode, params):
-    logits = stacks.keras.layers.Dense(10)(tf.reshape(features["image"], [params["batch_size"], -1]))
+    flat = tf.reshape(features["image"], [params["batch_size"], -1])
+    logits = stacks.keras.layers.Dense(10)(flat)
     loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
     train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)  # no global_step
     return stacks.tpu.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
@@ -290,6 +292,11 @@ def _child(out_dir, digits_dir):
 
 
 def test_mirrored_on_two_cpus_matches_the_estimator_and_reduces_once(digits_dir, tmp_path):
+  if stacks.NAME == "tf2.15":  # refused there, with the way out
+    with pytest.raises(config_lib.ConfigError, match="needs TensorFlow 2.16 or later.*"
+                       "--engine=estimator"):
+      _build(str(tmp_path), "distribute", strategy="mirrored")
+    return
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
   env.pop("TF_CONFIG", None)
   process = subprocess.run([sys.executable, __file__, str(tmp_path), digits_dir], cwd=REPO_DIR,
@@ -343,7 +350,8 @@ def test_train_py_runs_the_engine_then_the_estimator_resumes_it(tmp_path, digits
   second = _train_py(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=6",
                      "--steps_per_eval=2", "--engine=estimator")
   assert second.returncode == 0, second.stderr[-3000:]
-  assert second.stdout.splitlines()[0] == "[estimator_tpu] engine: estimator (TPUEstimator on CPU/GPU)"
+  assert second.stdout.splitlines()[0] == (
+      "[estimator_tpu] engine: estimator (TPUEstimator on CPU/GPU)")
   assert "resuming from step 4" in second.stdout
   assert "step 6/6 | accuracy=" in second.stdout
   with open(os.path.join(model_dir, "eval_history.jsonl")) as f:
@@ -353,7 +361,9 @@ def test_train_py_runs_the_engine_then_the_estimator_resumes_it(tmp_path, digits
 def test_sigterm_saves_the_step_in_flight_and_exits_75(tmp_path, digits_dir):
   import signal
   import time
+
   from conftest import program_env
+
   from estimator_tpu.training import loop
   model_dir = str(tmp_path / "model")
   process = subprocess.Popen(

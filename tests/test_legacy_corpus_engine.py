@@ -13,6 +13,7 @@ import sys
 from conftest import program_env
 import numpy as np
 import pytest
+import tensorflow as tf
 from test_legacy_corpus import BERT_CONFIG
 from test_legacy_corpus import CORPUS
 from test_legacy_corpus import INIT_VALUE
@@ -20,7 +21,6 @@ from test_legacy_corpus import REPO
 from test_legacy_corpus import _results
 from test_legacy_corpus import _steps
 from test_legacy_corpus import _write_init_checkpoint
-import tensorflow as tf
 
 ENGINE_LINE = ("[estimator_tpu] engine: distribute (OneDeviceStrategy, 1 replica), from "
                "ESTIMATOR_TPU_ENGINE")

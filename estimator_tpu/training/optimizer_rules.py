@@ -14,8 +14,9 @@ both kinds of optimizer give the mean of the replicas' gradients, once:
   does under a strategy (the strategy's `_scale_loss_for_estimator_enabled`),
   and the strategy sums;
 - a CrossShardOptimizer (and subclasses that defer to it, as
-  estimator_tpu.compat's does inside a TPU computation): it hands compute_gradients and apply_gradients to the
-  optimizer it wraps, so the same scaling and the strategy's one sum apply;
+  estimator_tpu.compat's does inside a TPU computation): it hands
+  compute_gradients and apply_gradients to the optimizer it wraps, so the
+  same scaling and the strategy's one sum apply;
   with reduction=SUM the loss is not scaled (the sum over replicas).
 """
 

@@ -65,13 +65,24 @@ _UNIQUIFIED = re.compile(r"_\d+(?=/|$)")
 
 
 class _VariableOp:
-  """What TF 1 code reads of a variable's op: its name, type and graph (the outermost one)."""
+  """What TF 1 code reads of a variable's op: its name, type and graph.
+
+  The graph is one for every such variable, whatever thread asks (replica
+  threads each have a default graph of their own): TF 1 optimizers key their
+  slots by (op.graph, op.name).
+  """
   type = "VarHandleOp"
+  traceback = None  # read by TF 2.15's DistributedVariable.op
+  _graph = None
 
   def __init__(self, name):
     self.name = name
-    with tf.init_scope():
-      self.graph = tf.compat.v1.get_default_graph()
+
+  @property
+  def graph(self):
+    if _VariableOp._graph is None:
+      _VariableOp._graph = tf.Graph()
+    return _VariableOp._graph
 
 
 _BaseVariable = resource_variable_ops.BaseResourceVariable
@@ -82,7 +93,11 @@ def _op_or_name(variable):
   try:
     return _graph_op.fget(variable)
   except AttributeError:  # made eagerly: "Tensor.op is undefined when eager execution..."
-    return _VariableOp(variable._handle_name.split(":")[0])  # pylint: disable=protected-access
+    pass
+  # One replica's copy answers with the distributed variable's name, as in TF 1.
+  container = getattr(variable, "_distributed_container", None)
+  named = container() if callable(container) else None
+  return _VariableOp((named or variable).name.split(":")[0])
 
 
 class InitialValueError(ValueError):

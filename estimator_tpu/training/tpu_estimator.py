@@ -13,6 +13,7 @@ import os
 
 import tensorflow as tf
 
+from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.training import device_augmentation
 from estimator_tpu.training import distribute_engine
@@ -162,6 +163,11 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
   from the engine's checkpoint.
   """
   t, r = config.train, config.runtime
+  if r.strategy != "none" and stacks.NAME == "tf2.15":
+    raise config_lib.ConfigError(
+        f"--engine=distribute with --strategy={r.strategy} needs TensorFlow 2.16 or later "
+        f"(this is {stacks.NAME}: its TF 1 optimizers lose their slots across replicas); use "
+        "--engine=estimator here, or the current stack")
   strategy = make_strategy(config, resolver_fn)
   replicas = strategy.num_replicas_in_sync
   if replicas > 1:
