@@ -9,6 +9,7 @@ from conftest import IMAGE_SIZE
 from conftest import program_env
 from conftest import tiny_config
 import preflight_models
+import pytest
 import tensorflow as tf
 
 from estimator_tpu import flags as flags_lib
@@ -97,8 +98,10 @@ def test_input_fn_without_drop_remainder_fails_naming_the_dynamic_dimension(digi
   assert any("labels has shape [None], dimension 0" in m for m in failures), failures
 
 
-def test_python_callbacks_and_string_ops_in_the_model_are_errors(digits_dir, tmp_path):
-  config = tiny_config(tmp_path, train_batch_size=64, eval_batch_size=64)
+@pytest.mark.parametrize("engine", ["estimator", "distribute"])
+def test_python_callbacks_and_string_ops_in_the_model_are_errors(digits_dir, tmp_path, engine):
+  config = tiny_config(tmp_path, train_batch_size=64, eval_batch_size=64).replace(
+      "runtime", engine=engine)
   train_fn = input_pipeline.make_input_fn(os.path.join(digits_dir, "train-*"), True,
                                           IMAGE_SIZE)
   findings = preflight.run_checks(config, preflight_models.callback_model_fn, train_fn)

@@ -149,10 +149,7 @@ def _op_findings(step):
         f"nothing (TensorFlow skips them inside the TPU computation); a TPU core cannot write "
         f"summaries; return them through TPUEstimatorSpec(host_call=(host_call_fn, "
         f"[tensors])), where host_call_fn writes them on the host")))
-  refused = {op.node for op in step.unsupported}  # named by XLA's FAIL line already
   for op in tpu_checks.forbidden_ops(step.ops):
-    if op.name in refused:
-      continue
     why = ("a Python callback cannot run on a TPU" if op.type in tpu_checks.PY_FUNC_OPS
            else "string tensors cannot live on a TPU")
     findings.append(Finding(FAIL, f"{op.type} op {op.name} in the model graph: {why}"))
