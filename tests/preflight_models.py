@@ -48,3 +48,14 @@ def complex128_model_fn(features, labels, mode, params):
   spec = model_fn_lib.model_fn(features, labels, mode, params)
   as_complex = tf.cast(spec.loss, tf.complex128, name="loss_as_complex128")
   return spec._replace(loss=tf.cast(tf.math.real(as_complex), tf.float32))
+
+
+# (mode, params['batch_size'], params['use_tpu'], images' batch, params['model_dir']) per call.
+CALLS = []
+
+
+def recording_model_fn(features, labels, mode, params):
+  """Our model_fn, noting what each call was given in CALLS."""
+  CALLS.append((mode, params["batch_size"], params["use_tpu"],
+                features["image"].shape[0], params["model_dir"]))
+  return model_fn_lib.model_fn(features, labels, mode, params)

@@ -9,6 +9,7 @@ from conftest import IMAGE_SIZE
 from conftest import program_env
 from conftest import tiny_config
 import preflight_models
+import pytest
 import tensorflow as tf
 
 from estimator_tpu import flags as flags_lib
@@ -97,8 +98,10 @@ def test_input_fn_without_drop_remainder_fails_naming_the_dynamic_dimension(digi
   assert any("labels has shape [None], dimension 0" in m for m in failures), failures
 
 
-def test_python_callbacks_and_string_ops_in_the_model_are_errors(digits_dir, tmp_path):
-  config = tiny_config(tmp_path, train_batch_size=64, eval_batch_size=64)
+@pytest.mark.parametrize("engine", ["estimator", "distribute"])
+def test_python_callbacks_and_string_ops_in_the_model_are_errors(digits_dir, tmp_path, engine):
+  config = tiny_config(tmp_path, train_batch_size=64, eval_batch_size=64).replace(
+      "runtime", engine=engine)
   train_fn = input_pipeline.make_input_fn(os.path.join(digits_dir, "train-*"), True,
                                           IMAGE_SIZE)
   findings = preflight.run_checks(config, preflight_models.callback_model_fn, train_fn)
@@ -196,3 +199,52 @@ def test_graph_execution_errors_are_reported_by_their_cause():
              "\nCast string to float is not supported\n\t [[{{node model/cast}}]]")
   assert checks.first_line(message) == "node model/cast: Cast string to float is not supported"
   assert checks.first_line("just one line") == "just one line"
+
+
+def test_distribute_engine_compiles_its_own_steps_for_one_replica(digits_dir, tmp_path, capsys):
+  model_dir = tmp_path / "model"
+  preflight_models.CALLS.clear()
+  status = _run(digits_dir, model_dir, "--use_tpu", "--engine=distribute", "--model=tiny",
+                "--train_batch_size=64", "--eval_batch_size=128",
+                "--model_fn=preflight_models:recording_model_fn")
+  out = capsys.readouterr().out
+  assert status == 0, out
+  assert "--num_cores=8 (--use_tpu), engine distribute" in out.splitlines()[0]
+  passes = [line for line in _lines(out, "PASS") if "distribute engine's per-replica" in line]
+  assert [line.split(" step ")[0] for line in passes] == [
+      "PASS  the distribute engine's per-replica training",
+      "PASS  the distribute engine's per-replica evaluation"], out
+  assert all("compiles with XLA (jit_compile) and runs on a real batch" in p for p in passes)
+  assert "TPUEstimator builds" not in out  # the estimator's TPU graph is not this engine's
+  # The engine's model_fn calls: TPU params, per-replica batches (64 / 8, 128 / 8), a temp dir.
+  calls = {(mode, batch, use_tpu, images) for mode, batch, use_tpu, images, _
+           in preflight_models.CALLS}
+  assert calls == {("train", 8, True, 8), ("eval", 16, True, 16)}, calls
+  (temp_dir,) = {call[4] for call in preflight_models.CALLS}
+  assert temp_dir != str(model_dir) and not os.path.exists(temp_dir)
+  assert not model_dir.exists()  # nothing written to --model_dir
+
+
+def test_distribute_engine_names_the_op_xla_refuses(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--engine=distribute", "--model=tiny",
+                "--train_batch_size=64", "--eval_batch_size=64",
+                "--model_fn=preflight_models:rotating_model_fn")
+  out = capsys.readouterr().out
+  assert status == 1
+  (failure,) = _lines(out, "FAIL")
+  assert failure.startswith("FAIL  distribute engine TRAIN step: XLA cannot compile "
+                            "ImageProjectiveTransformV3 (node augment_rotation/transform/")
+  assert "'augment_rotation/transform'" in failure  # the Keras layer's scope
+  assert "preflight_models.py:" in failure  # the line that made it
+  # The rotation runs in training only: the engine's EVAL step compiles.
+  assert any(line.startswith("PASS  the distribute engine's per-replica evaluation step")
+             for line in _lines(out, "PASS")), out
+  assert out.splitlines()[-1].startswith("preflight: FAIL")
+
+
+def test_auto_engine_is_checked_as_the_tpu_would_pick_it():
+  config = tiny_config("/unused").replace("runtime", engine="auto")
+  assert preflight.engine_of(config.replace("runtime", tpu_topology="v5litepod-8")) == (
+      "distribute")
+  assert preflight.engine_of(config.replace("runtime", tpu_topology="v3-8")) == "estimator"
+  assert preflight.engine_of(config.replace("runtime", engine="distribute")) == "distribute"

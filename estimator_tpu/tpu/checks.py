@@ -1,16 +1,20 @@
-"""TPU checks that run on CPU: XLA-compile one core's training step; build TPUEstimator's TPU graph.
+"""TPU checks on CPU: XLA-compile one core's step (either engine's); build TPUEstimator's TPU graph.
 
 Nothing here needs a TPU. The training step is compiled by XLA's CPU backend,
 whose supported operations are nearly those of the TPU compiler, and the
-TPU graph is built (never run) against a stand-in TPU system.
+TPU graph is built (never run) against a stand-in TPU system. For
+--engine=distribute the engine's own TRAIN and EVAL functions are compiled,
+as one replica of a TPUStrategy runs them.
 """
 
 import contextlib
 import dataclasses
 import os
 import re
+import tempfile
 import time
 from unittest import mock
+import warnings
 
 import tensorflow as tf
 from tensorflow.python.compiler.xla import xla
@@ -21,6 +25,7 @@ from tensorflow_estimator.python.estimator.tpu import error_handling
 from estimator_tpu import stacks
 from estimator_tpu import tf_startup
 from estimator_tpu.training import device_augmentation
+from estimator_tpu.training import distribute_engine
 from estimator_tpu.training import strategy_estimator
 
 ModeKeys = stacks.ModeKeys
@@ -226,6 +231,58 @@ def compile_train_step(model_fn, input_fn, params, mode=ModeKeys.TRAIN):
       except tf.errors.OpError as e:
         result.error = first_line(e.message)
         result.unsupported = parse_unsupported_ops(e.message, graph)
+  result.seconds = time.time() - began
+  return result
+
+
+def compile_engine_steps(model_fn, input_fns, params, batch_sizes):
+  """XLA-compiles the distribute engine's steps on CPU, as one TPU replica runs them; one run each.
+
+  The engine is the one --engine=distribute builds, on one CPU
+  (OneDeviceStrategy) instead of a TPUStrategy, with params['use_tpu'] True
+  (the model_fn takes its TPU branches) and jit_compile; its model_dir and
+  params['model_dir'] are a temporary directory, removed afterwards.
+
+  Args:
+    model_fn: a TPUEstimator model_fn.
+    input_fns: [(mode, input_fn)], TRAIN first, EVAL optional.
+    params: the run's params as a TPU run builds them (no batch_size).
+    batch_sizes: {mode: per-replica batch} (global batch / --num_cores).
+
+  Returns:
+    {mode: TrainStep}; `ops` are those of the replica step's graph.
+  """
+  steps = {}
+  with tempfile.TemporaryDirectory(prefix="preflight-") as model_dir:
+    engine = distribute_engine.DistributeEstimator(
+        device_augmentation.with_device_augmentation(model_fn), dict(params, model_dir=model_dir),
+        tf.distribute.OneDeviceStrategy("/cpu:0"), model_dir,
+        batch_sizes[ModeKeys.TRAIN], batch_sizes.get(ModeKeys.EVAL, batch_sizes[ModeKeys.TRAIN]),
+        use_tpu=True, iterations_per_loop=1, jit_compile=True)
+    for mode, input_fn in input_fns:
+      steps[mode] = _engine_step(engine, input_fn, mode)
+  return steps
+
+
+def _engine_step(engine, input_fn, mode):
+  result = TrainStep()
+  began = time.time()
+  tf_startup.quiet_first_xla_compile()
+  with summary_calls() as summaries, warnings.catch_warnings():
+    # A TF 1 summary op traced with no default writer says so; its WARN line says more.
+    warnings.filterwarnings("ignore", message="Cannot activate TF2 compatibility support")
+    try:
+      result.loss = engine.run_one_step(input_fn, mode)
+    except tf.errors.OpError as e:
+      result.error = first_line(e.message)
+      graph = engine.step_graphs.get(mode)
+      result.unsupported = parse_unsupported_ops(e.message, graph) if graph else []
+    except Exception as e:  # the model_fn (or input_fn) failed while traced
+      result.error = (f"the model_fn failed in {mode.upper()} mode: {type(e).__name__}: "
+                      f"{first_line(e)}")
+  graph = engine.step_graphs.get(mode)
+  result.ops = graph.get_operations() if graph is not None else []
+  result.summaries = list(dict.fromkeys(summaries))  # the model_fn is traced more than once
   result.seconds = time.time() - began
   return result
 

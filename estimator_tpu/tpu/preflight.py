@@ -2,7 +2,9 @@
 
 Prints one line per finding (PASS, WARN or FAIL and a message) and a verdict;
 preflight() returns the exit status, 0 or 1. The checks assume a TPU run
-whether or not --use_tpu is given.
+whether or not --use_tpu is given. With --engine=distribute (or auto picking
+it) the step compiled is the engine's own TRAIN and EVAL function, one
+replica with jit_compile, in place of TPUEstimator's step and TPU graph.
 """
 
 import sys
@@ -115,17 +117,22 @@ _STEP_NAMES = {ModeKeys.TRAIN: "training step (forward, loss, gradients, update)
                ModeKeys.EVAL: "evaluation step (forward, loss, eval_metrics tensors)"}
 
 
-def _step_result_findings(step, mode=ModeKeys.TRAIN):
+ENGINE_WHOSE = "the distribute engine's per-replica"
+
+
+def _step_result_findings(step, mode=ModeKeys.TRAIN, whose="one core's"):
   name = _STEP_NAMES[mode]
+  engine = whose == ENGINE_WHOSE
   if not step.error:
     return [Finding(PASS, (
-        f"one core's {name} compiles with XLA "
+        f"{whose} {name} compiles with XLA{' (jit_compile)' if engine else ''} "
         f"and runs on a real batch: loss {step.loss:.4f} ({step.seconds:.1f}s)"))]
   if not step.unsupported:
-    return [Finding(FAIL, f"one core's {name.split(' (')[0]} does not compile or run: "
+    return [Finding(FAIL, f"{whose} {name.split(' (')[0]} does not compile or run: "
                           f"{step.error}")]
   return [Finding(FAIL, (
-      f"{mode.upper()} step: XLA cannot compile {op.op_type} (node {op.node}) in layer/scope "
+      f"{'distribute engine ' if engine else ''}{mode.upper()} step: XLA cannot compile "
+      f"{op.op_type} (node {op.node}) in layer/scope "
       f"'{op.scope}'"
       f"{', created at ' + op.created_at if op.created_at else ''}: TPUs cannot run it; "
       f"do this in the input_fn (tf.data, on the host) or use another op"))
@@ -185,9 +192,12 @@ def check_layer_widths(layers, num_classes):
   return findings
 
 
-def _tpu_path_findings(step, use_bfloat16):
+def _tpu_path_findings(step, use_bfloat16, cross_shard=True):
+  """CrossShardOptimizer (TPUEstimator's TPU path only) and --use_bfloat16 layers."""
   findings = []
-  if step.cross_replica_sums:
+  if not cross_shard:
+    pass  # under a strategy, wrapped or not, the strategy averages the gradients once
+  elif step.cross_replica_sums:
     findings.append(Finding(PASS, (
         f"gradients of {step.cross_replica_sums} variables are summed over cores "
         f"(CrossShardOptimizer)")))
@@ -217,6 +227,34 @@ def check_eval_step(model_fn, input_fn, params):
   """Compiles one core's evaluation step with XLA: ops only the EVAL branch builds."""
   step = tpu_checks.compile_train_step(model_fn, input_fn, params, ModeKeys.EVAL)
   return _step_result_findings(step, ModeKeys.EVAL) + _op_findings(step)
+
+
+def check_engine_steps(config, model_fn, input_fns, params):
+  """--engine=distribute: its TRAIN and EVAL steps, XLA-compiled for one replica, and their graphs.
+
+  Args:
+    config: the run's Config.
+    model_fn: the TPUEstimator model_fn of the run.
+    input_fns: [(mode, input_fn)], TRAIN first.
+    params: the params of a TPU run; batch sizes are taken per core.
+  """
+  t, cores = config.train, config.runtime.num_cores
+  batches = {ModeKeys.TRAIN: per_core_batch(t.train_batch_size, cores),
+             ModeKeys.EVAL: per_core_batch(t.eval_batch_size, cores)}
+  steps = tpu_checks.compile_engine_steps(model_fn, input_fns, params, batches)
+  findings = []
+  for mode, step in steps.items():
+    findings += _step_result_findings(step, mode, ENGINE_WHOSE) + _op_findings(step)
+  train = steps[ModeKeys.TRAIN]
+  findings += check_layer_widths(tpu_checks.layer_widths(train.ops),
+                                 config.data.num_label_classes)
+  return findings + _tpu_path_findings(train, config.runtime.use_bfloat16, cross_shard=False)
+
+
+def engine_of(config):
+  """The engine a TPU run of config uses: --engine, or what --engine=auto picks on the TPU."""
+  engine, _ = estimator_lib.resolve_engine(config.replace("runtime", use_tpu=True).runtime)
+  return engine
 
 
 def check_tpu_graphs(config, model_fn, input_fns):
@@ -267,16 +305,32 @@ def run_checks(config, model_fn, train_input_fn, eval_input_fn=None, train_patte
     findings += check_input("eval input", eval_input_fn, eval_params)
   if not any(f.status == FAIL for f in findings):
     findings += pods.pod_findings(config, train_input_fn, eval_input_fn, train_pattern, params)
-  findings += check_train_step(config, model_fn, train_input_fn,
-                               dict(train_params, use_tpu=True))
-  if eval_input_fn is not None and r.eval_on_tpu:
-    findings += check_eval_step(model_fn, eval_input_fn, dict(eval_params, use_tpu=True))
-  if not any(f.status == FAIL for f in findings):
+  if engine_of(config) == "distribute":
     modes = [(ModeKeys.TRAIN, train_input_fn)]
-    if eval_input_fn is not None and r.eval_on_tpu:
+    if eval_input_fn is not None:  # the engine evaluates on the TPU, whatever --eval_on_tpu says
+      modes.append((ModeKeys.EVAL, eval_input_fn))
+    findings += check_engine_steps(config, model_fn, modes, dict(params, use_tpu=True))
+  else:
+    findings += _estimator_findings(config, model_fn, train_input_fn, eval_input_fn, params,
+                                    findings)
+  return list(dict.fromkeys(findings))  # an op in both steps is named once
+
+
+def _estimator_findings(config, model_fn, train_input_fn, eval_input_fn, params, so_far):
+  """TPUEstimator's step, XLA-compiled for one core, and (after no FAIL so far) its TPU graphs."""
+  t, r = config.train, config.runtime
+  eval_on_tpu = eval_input_fn is not None and r.eval_on_tpu
+  findings = check_train_step(config, model_fn, train_input_fn, dict(
+      params, use_tpu=True, batch_size=per_core_batch(t.train_batch_size, r.num_cores)))
+  if eval_on_tpu:
+    findings += check_eval_step(model_fn, eval_input_fn, dict(
+        params, use_tpu=True, batch_size=per_core_batch(t.eval_batch_size, r.num_cores)))
+  if not any(f.status == FAIL for f in so_far + findings):
+    modes = [(ModeKeys.TRAIN, train_input_fn)]
+    if eval_on_tpu:
       modes.append((ModeKeys.EVAL, eval_input_fn))
     findings += check_tpu_graphs(config, model_fn, modes)
-  return list(dict.fromkeys(findings))  # an op in both steps is named once
+  return findings
 
 
 def prepare(config):
@@ -308,7 +362,8 @@ def preflight(config, out=None):
   else:
     r = config.runtime
     print(f"preflight: TPU checks on CPU for --num_cores={r.num_cores} "
-          f"({'--use_tpu' if r.use_tpu else 'as if --use_tpu'}), model "
+          f"({'--use_tpu' if r.use_tpu else 'as if --use_tpu'}), engine {engine_of(config)}, "
+          f"model "
           f"{config.model.model_fn or config.model.model}", file=out)
     inputs = loop.make_inputs(config, info)
     findings = run_checks(config, model_fn, inputs.train_input_fn, inputs.eval_input_fn,

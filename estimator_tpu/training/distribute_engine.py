@@ -152,6 +152,8 @@ class DistributeEstimator:
     self._save_secs = save_checkpoints_secs
     self._store = tf1_variables.VariableStore(strategy)
     self._functions = {}
+    # The graph each mode's replica step was last traced in (its model_fn ops).
+    self.step_graphs = {}
     self._saver = None
     self.host_loop_iterations = iterations_per_loop
 
@@ -231,6 +233,7 @@ class DistributeEstimator:
       tf.compat.v1.train.get_or_create_global_step()
       spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
                             self.config)
+    self.step_graphs[mode] = tf.compat.v1.get_default_graph()
     return spec
 
   def _function(self, name, python_fn):
@@ -426,6 +429,36 @@ class DistributeEstimator:
       listener.end(None, step)
     runner.end()
     return self
+
+  def run_one_step(self, input_fn, mode):
+    """Runs the function train() (TRAIN) or evaluate() (EVAL) runs, once, on one batch.
+
+    The same tf.function, traced and called as those methods do (with
+    jit_compile, XLA compiles each replica's step), from the variables'
+    initial values: no checkpoint is read or written, no hook runs, the
+    engine writes no summaries (a host_call writes where params['model_dir']
+    says). train.py --preflight compiles the engine's program with it.
+
+    Args:
+      input_fn: the input_fn of mode.
+      mode: ModeKeys.TRAIN or ModeKeys.EVAL.
+
+    Returns:
+      The step's loss (the mean over replicas), a float; the replica step's
+      graph is then step_graphs[mode].
+
+    Raises:
+      tf.errors.OpError: the step did not compile or run (e.g. an op XLA
+        cannot compile); other errors: the model_fn failed while traced.
+    """
+    with self.strategy.scope():
+      iterator = iter(self._dataset(input_fn, mode))
+      if mode == ModeKeys.TRAIN:
+        return float(self._train_function()(iterator, tf.constant(1)))
+      if mode == ModeKeys.EVAL:
+        loss, _ = self._eval_function()(iterator)
+        return float(loss)
+    raise ValueError(f"run_one_step runs TRAIN or EVAL, not {mode!r}")
 
   def _write_train_summaries(self, step, loss, steps_per_sec):
     """`loss` and `global_step/sec` in model_dir, as the Estimator's hooks write them."""
