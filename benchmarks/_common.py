@@ -127,7 +127,12 @@ def load_average():
 
 
 class StepTimerHook(tf.compat.v1.train.SessionRunHook):
-  """Records clocks() when the session is ready and after every session.run."""
+  """Records clocks() when the session is ready and after every session.run.
+
+  On --engine=distribute: when its training function is traced and the
+  checkpoint restored, and after every call of that function (one call of
+  iterations_per_loop steps per after_run).
+  """
 
   def __init__(self):
     self.session_ready = None
@@ -148,8 +153,9 @@ def time_estimator_train(estimator, input_fn, batch_size, warmup_steps, steps):
   The steady-state window runs from the end of step warmup_steps to the end of
   the last step, so graph building, session creation, checkpoint restore and
   save, and the input pipeline's start (shuffle buffer fill) lie outside it.
-  Off TPU a session.run is iterations_per_loop steps (host_loop.py): both
-  counts must be multiples of it.
+  Off TPU a session.run is iterations_per_loop steps (host_loop.py), as is a
+  call of the distribute engine's training function: both counts must be
+  multiples of it.
 
   Returns:
     The dict of call_figures().

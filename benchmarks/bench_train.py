@@ -1,4 +1,4 @@
-"""Training images/s: TPUEstimator(use_tpu=False).train vs Keras Model.fit, same network and data.
+"""Training images/s: TPUEstimator, the distribute engine and Keras fit, same network and data.
 
     python benchmarks/bench_train.py [--image_size=32] [--batch_size=32]
         [--iterations_per_loop=10] [--warmup_steps=20] [--steps=120] [--repeats=5]
@@ -6,7 +6,7 @@
         (defaults then: --image_size=224 --batch_size=4 --iterations_per_loop=1
         --warmup_steps=3 --steps=4)
 
-Both sides train the flowers CNN (networks.build_network) on the digits written
+All three sides train the flowers CNN (networks.build_network) on the digits written
 by estimator_tpu.testing, fed by the project's training input_fn with the same
 global batch, with Nesterov momentum at the same constant learning rate, the
 same cross-entropy and the same L2 weight decay:
@@ -15,24 +15,31 @@ same cross-entropy and the same L2 weight decay:
     end of each train() call), as `train.py --host_loop` runs it on CPU:
     iterations_per_loop steps per session.run (training/host_loop.py; with
     iterations_per_loop=1, as train.py runs by default);
+  distribute: the same model_fn and input_fn on `--engine=distribute`
+    (distribute_engine.py, the default strategy on the CPU, no XLA):
+    iterations_per_loop steps per call of its training tf.function, the same
+    host_call, checkpoint at the end of each train() call;
   keras: Model.fit with steps_per_execution = iterations_per_loop (Keras'
     opt-in counterpart of --host_loop), accuracy
     as a metric, no callbacks but the timer, no XLA (as on the estimator side).
-Each repeat is one train()/fit() call of warmup_steps + steps, the sides
-alternating which goes first. Steady-state images/s times the last `steps`
-steps only (a SessionRunHook / a Keras callback timestamps each session.run or
-execution, both of iterations_per_loop steps), so graph building, session
-creation, checkpoints and the input pipeline's start-up are excluded; wall
+Each repeat is one train()/fit() call of warmup_steps + steps per side, the
+sides rotating which goes first. Steady-state images/s times the last `steps`
+steps only (a SessionRunHook / a Keras callback timestamps each session.run,
+call of the engine's training function or execution, all of
+iterations_per_loop steps), so graph building, tracing, session creation,
+checkpoints and the input pipeline's start-up are excluded; wall
 images/s divides all the images by the whole call, whose setup (call to first
 step) and teardown (last step to return) are printed too. Images per CPU
 second (process CPU time over the window) is reported beside images/s because
 a shared machine gives a process a varying share of the cores. The last line
 is one JSON object; `ratio` is estimator ÷ keras steady-state images/s,
-`cpu_ratio` the same per CPU second.
+`cpu_ratio` the same per CPU second; `distribute_vs_keras` and
+`distribute_vs_estimator` the distribute engine's steady images/s over the
+others' (`_cpu_` variants per CPU second).
 
 With --model=resnet the network is the project's ResNet (networks.ResNet,
 --resnet_depth) on generated 500x375 photo records (_photos.py) at
---image_size. Both sides also report model-FLOPs utilisation: steady images/s
+--image_size. Every side also reports model-FLOPs utilisation: steady images/s
 x 3 x the forward pass's FLOPs (TF profiler count) ÷ the machine's float32
 matmul rate (the better of a measurement before and one after the runs).
 """
@@ -135,7 +142,7 @@ def parse_args():
 
 
 def report(name, repeat, figures):
-  print(f"  {name:9} run {repeat + 1}: steady {figures['steady_images_per_s']:7.1f} "
+  print(f"  {name:10} run {repeat + 1}: steady {figures['steady_images_per_s']:7.1f} "
         f"images/s on {figures['cores_used']:.2f} cores, wall "
         f"{figures['wall_images_per_s']:7.1f} images/s ({figures['wall_seconds']:.1f}s: "
         f"setup {figures['setup_seconds']:.1f}s, teardown "
@@ -143,7 +150,7 @@ def report(name, repeat, figures):
 
 
 def summarize(runs, args, load_start, flops):
-  """Medians of both sides, their ratios and model-FLOPs utilisations."""
+  """Medians of every side, their ratios and model-FLOPs utilisations."""
   forward, matmul_rate = flops
   result = {"model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
             "iterations_per_loop": args.iterations_per_loop,
@@ -162,6 +169,13 @@ def summarize(runs, args, load_start, flops):
                               / result["keras_images_per_cpu_s"], 3)
   result["wall_ratio"] = round(result["estimator_wall_images_per_s"]
                                / result["keras_wall_images_per_s"], 3)
+  for other in ("keras", "estimator"):
+    result[f"distribute_vs_{other}"] = round(result["distribute_steady_images_per_s"]
+                                             / result[f"{other}_steady_images_per_s"], 3)
+    result[f"distribute_cpu_vs_{other}"] = round(result["distribute_images_per_cpu_s"]
+                                                 / result[f"{other}_images_per_cpu_s"], 3)
+  result["distribute_wall_vs_keras"] = round(result["distribute_wall_images_per_s"]
+                                             / result["keras_wall_images_per_s"], 3)
   result["forward_gflops_per_image"] = round(forward / 1e9, 3)
   result["matmul_gflops_per_s"] = round(matmul_rate / 1e9, 1)
   for side in runs:
@@ -171,7 +185,7 @@ def summarize(runs, args, load_start, flops):
 
 
 def make_sides(args, work_dir):
-  """Both sides, built and run once untimed; returns the (name, fn) pairs."""
+  """The three sides, built and run once untimed; returns the (name, fn) pairs."""
   if args.model == "resnet":
     pattern, _ = _photos.write_photo_records(os.path.join(work_dir, "data"), PHOTO_COUNT)
   else:
@@ -181,6 +195,10 @@ def make_sides(args, work_dir):
                                model=args.model, resnet_depth=args.resnet_depth,
                                host_loop=True)
   estimator = _common.build_estimator(config)
+  # Its own model_dir: each side resumes only its own checkpoints.
+  engine = _common.build_estimator(config.replace(
+      "runtime", engine="distribute", model_dir=os.path.join(work_dir, "distribute"),
+      host_loop=False).validate())
   input_fn = _common.train_input_fn(config, pattern)
   network = build_keras(config)
   dataset = keras_dataset(config, pattern)
@@ -189,14 +207,19 @@ def make_sides(args, work_dir):
   def run_estimator(steps=n):
     return _common.time_estimator_train(estimator, input_fn, b, w, steps)
 
+  def run_distribute(steps=n):
+    return _common.time_estimator_train(engine, input_fn, b, w, steps)
+
   def run_keras(steps=n):
     restore_v2_classes(config)
     return time_keras_fit(network, dataset, b, w, steps)
 
-  # Untimed first calls: the first checkpoint, Keras's tracing.
+  # Untimed first calls: the first checkpoints, the engine's and Keras's tracing.
   run_estimator(steps=args.iterations_per_loop)
+  run_distribute(steps=args.iterations_per_loop)
   run_keras(steps=args.iterations_per_loop)
-  return [("estimator", run_estimator), ("keras", run_keras)], config
+  return [("estimator", run_estimator), ("distribute", run_distribute),
+          ("keras", run_keras)], config
 
 
 def main():
@@ -220,8 +243,8 @@ def main():
   result = summarize(runs, args, load_start, (forward, matmul_rate))
   print(f"forward pass {result['forward_gflops_per_image']:.2f} GFLOPs per image; "
         f"float32 matmul {result['matmul_gflops_per_s']:.1f} GFLOP/s")
-  for side in ("estimator", "keras"):
-    print(f"{side:9} median: steady {result[f'{side}_steady_images_per_s']:.1f} "
+  for side in ("estimator", "distribute", "keras"):
+    print(f"{side:10} median: steady {result[f'{side}_steady_images_per_s']:.1f} "
           f"images/s on {result[f'{side}_cores_used']:.2f} cores "
           f"({result[f'{side}_images_per_cpu_s']:.1f} per CPU second), "
           f"wall {result[f'{side}_wall_images_per_s']:.1f} images/s, setup "
@@ -231,6 +254,11 @@ def main():
   target = 0.95 if args.model == "resnet" else 1.0
   print(f"estimator/keras: steady {result['ratio']:.3f} (target >= {target}), "
         f"per CPU second {result['cpu_ratio']:.3f}, wall {result['wall_ratio']:.3f}")
+  print(f"distribute/keras: steady {result['distribute_vs_keras']:.3f} (target >= 1.0), "
+        f"per CPU second {result['distribute_cpu_vs_keras']:.3f}, wall "
+        f"{result['distribute_wall_vs_keras']:.3f}; distribute/estimator: steady "
+        f"{result['distribute_vs_estimator']:.3f}, per CPU second "
+        f"{result['distribute_cpu_vs_estimator']:.3f}")
   _common.print_json(result)
 
 
