@@ -89,3 +89,12 @@ def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_pa
   assert rates[0] == 0 and rates[1] > 0
   saved = config_lib.read_config(str(tmp_path / "default"))
   assert saved.train.deterministic is False and saved.to_params()["deterministic"] is False
+
+
+def test_host_loop_device_augmentation_and_cache_repeat_too(tmp_path, digits_dir):
+  command = ["--deterministic", "--host_loop", "--iterations_per_loop=2", "--augment_on=device",
+             "--cache", "--train_steps=4", "--steps_per_eval=4"]
+  first = _train(digits_dir, tmp_path / "first", *command)
+  second = _train(digits_dir, tmp_path / "second", *command)
+  assert sorted(first) == [0, 1, 2, 3] and len(set(first.values())) == 4
+  assert first == second
