@@ -205,6 +205,9 @@ def quiet_first_xla_compile():
   if tuple(int(part) for part in tf.__version__.split(".")[:2]) >= (2, 16):
     return
   with captured(), tf.Graph().as_default() as graph:
+    # A one-shot iterator asks for a seed, which under op determinism
+    # (--deterministic) must be set: this throwaway graph's own.
+    tf.compat.v1.set_random_seed(0)
     # Where this package uses XLA on the host: a jit-compiled function in tf.data
     # (a jit-compiled function called straight from a v1 graph compiles quietly).
     plus_one = tf.function(lambda x: x + 1.0, jit_compile=True)

@@ -103,3 +103,12 @@ def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir
   assert sorted(distribute) == sorted(estimator) == [0, 1, 2, 3]
   for step, loss in estimator.items():
     assert distribute[step] == pytest.approx(loss, rel=1e-3), step
+
+
+def test_host_loop_device_augmentation_and_cache_repeat_too(tmp_path, digits_dir):
+  command = ["--deterministic", "--host_loop", "--iterations_per_loop=2", "--augment_on=device",
+             "--cache", "--train_steps=4", "--steps_per_eval=4"]
+  first = _train(digits_dir, tmp_path / "first", *command)
+  second = _train(digits_dir, tmp_path / "second", *command)
+  assert sorted(first) == [0, 1, 2, 3] and len(set(first.values())) == 4
+  assert first == second
