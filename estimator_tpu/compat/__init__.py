@@ -6,17 +6,20 @@ TF 2 home, re-implemented faithfully, or refused with an AttributeError
 that says what to use instead. docs/MIGRATING.md lists them all.
 
 Importing it adds one import hook (estimator_tpu.compat.module_paths) so that
-`import tensorflow.contrib...` resolves to the same objects, and imports no
-TensorFlow: `tf.contrib.tpu.TPUEstimator` imports TensorFlow's estimator at
-that moment. The first use of `tf` sets up the process for TF 1 code (TF 1
+`import tensorflow.contrib...` resolves to the same objects, and one that gives
+the tf-slim package (`tf.contrib.slim`) the TF names it needs
+(estimator_tpu.compat.slim). It imports no TensorFlow:
+`tf.contrib.tpu.TPUEstimator` imports TensorFlow's estimator at that moment. The first use of `tf` sets up the process for TF 1 code (TF 1
 shapes, no deprecation messages; estimator_tpu.compat.activation).
 """
 
 from estimator_tpu.compat import module_paths
 from estimator_tpu.compat import registry
+from estimator_tpu.compat import slim
 from estimator_tpu.compat._lazy import CompatTF
 
 tf = CompatTF(registry.CONTRIB)
 module_paths.install()
+slim.install()
 
 __all__ = ["tf"]

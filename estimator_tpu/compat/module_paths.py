@@ -26,6 +26,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import types
 
 from estimator_tpu import _moved
 from estimator_tpu.compat import _lazy
@@ -72,6 +73,11 @@ def contrib_module(fullname):
     return getattr(parent, name)  # the attribute form's own namespace object
   if entry.kind == _lazy.REFUSED:
     raise ImportError(_lazy.refused_message(fullname, entry.note))
+  value = getattr(parent, name)
+  if isinstance(value, types.ModuleType):
+    return value  # a mapped module (tf.contrib.slim is the tf_slim package)
+  if registry.rule_homes(relative):
+    return by_rule(fullname, relative)  # the module of a star-imported name (arg_scope)
   return None  # a class or function, not a module: Python's own error says so
 
 
