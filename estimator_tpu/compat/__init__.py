@@ -6,11 +6,12 @@ TF 2 home, re-implemented faithfully, or refused with an AttributeError
 that says what to use instead. docs/MIGRATING.md lists them all.
 
 Importing it adds one import hook (estimator_tpu.compat.module_paths) so that
-`import tensorflow.contrib...` resolves to the same objects, and one that gives
-the tf-slim package (`tf.contrib.slim`) the TF names it needs
-(estimator_tpu.compat.slim). It imports no TensorFlow:
-`tf.contrib.tpu.TPUEstimator` imports TensorFlow's estimator at that moment. The first use of `tf` sets up the process for TF 1 code (TF 1
-shapes, no deprecation messages; estimator_tpu.compat.activation).
+`import tensorflow.contrib...` and TF 1's module paths (`tensorflow.gfile`)
+resolve to the same objects, and one that gives the tf-slim package
+(`tf.contrib.slim`) the TF names it needs (estimator_tpu.compat.slim). It
+imports no TensorFlow: `tf.contrib.tpu.TPUEstimator` imports TensorFlow's
+estimator at that moment. The first use of `tf` sets up the process for TF 1
+code (TF 1 shapes, no deprecation messages; estimator_tpu.compat.activation).
 """
 
 from estimator_tpu.compat import module_paths

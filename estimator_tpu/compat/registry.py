@@ -537,6 +537,23 @@ MOVED_PACKAGES = {
 }
 
 
+# TF 1's public modules by path (`from tensorflow.gfile import Exists`, `import
+# tensorflow.logging`, `tensorflow.saved_model.loader`): `tensorflow.<rest>` is
+# `tensorflow.compat.v1.<rest>` where TensorFlow has no module `tensorflow.<rest>` of its own
+# and its tf.compat.v1 has one (a module of TensorFlow's, not one this package serves).
+# TensorFlow's own packages below hold no TF 1 API path; they are passed over at once.
+V1_API = ("tensorflow", "tensorflow.compat.v1")
+TF_OWN_PACKAGES = ("python", "compat", "core", "contrib", "_api")
+# One TF 1 public module per line, with a name it held: tests/test_compat_paths.py imports each.
+V1_EXAMPLES = (
+    ("gfile", "Exists"), ("logging", "info"), ("app", "run"), ("python_io", "TFRecordWriter"),
+    ("layers", "dense"), ("losses", "softmax_cross_entropy"), ("metrics", "accuracy"),
+    ("initializers", "variance_scaling"), ("resource_loader", "get_data_files_path"),
+    ("saved_model.loader", "load"), ("train.queue_runner", "QueueRunner"),
+    ("manip", "roll"), ("spectral", "fft"), ("user_ops", "my_fact"),
+)
+
+
 def module_path_entries(relative):
   """{name: Entry} of `tensorflow.contrib.<relative>` (a MODULE_PATHS key)."""
   module, names = MODULE_PATHS[relative]
@@ -600,4 +617,8 @@ def _module_table():
   for old, new in MOVED_PACKAGES.items():
     lines.append(f"| `{old}` and its submodules | where TensorFlow has none: the module "
                  f"of the same path under `{new}` | `{new}` |")
+  old, new = V1_API
+  lines.append(f"| `{old}.*` (TF 1's public modules: `{old}.gfile`, `{old}.logging`, ...) "
+               f"| where TensorFlow has none: the module of the same path under `{new}` "
+               f"| `{new}` |")
   return "\n".join(lines)
