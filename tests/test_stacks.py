@@ -182,3 +182,22 @@ def test_the_tf_2_0_profiler_api_profiles_and_saves_for_tensorboard(tmp_path):
   assert len(list(tmp_path.glob("events*.profile-empty"))) == 1
   profiler.start()
   assert isinstance(profiler.stop(), bytes)
+
+
+def test_describe_names_the_distributions_installed_whatever_they_are_called(monkeypatch):
+  installed = {"tensorflow": ["tf-nightly"], "tensorflow_estimator": ["tf-estimator-nightly"],
+               "tf_keras": ["tf-keras-nightly"], "keras": ["keras-nightly"]}
+  versions = {"tf-nightly": "2.23.0.dev20261026", "tf-estimator-nightly": "2.16.0.dev1",
+              "tf-keras-nightly": "2.23.0.dev2", "keras-nightly": "3.13.0.dev3"}
+  monkeypatch.setattr(stacks.metadata, "packages_distributions", lambda: installed)
+  monkeypatch.setattr(stacks.metadata, "version", versions.__getitem__)
+  line = stacks.describe()
+  assert "tf-nightly 2.23.0.dev20261026, tf-estimator-nightly 2.16.0.dev1" in line
+  assert ("tf-keras-nightly 2.23.0.dev2" if stacks.NAME == "current" else
+          "keras-nightly 3.13.0.dev3") in line
+
+
+def test_describe_names_this_stacks_real_distributions():
+  line = stacks.describe()
+  expected = {"current": "tf-keras 2.21.0", "tf2.15": "tensorflow-estimator 2.15.0"}
+  assert expected[stacks.NAME] in line
