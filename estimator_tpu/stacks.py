@@ -12,6 +12,7 @@ available (estimator_tpu.tf_standins) and routed `tf.keras` to Keras 2.
 """
 
 from importlib import metadata
+import re
 
 import tensorflow as tf
 import tensorflow_estimator
@@ -29,15 +30,27 @@ else:
   keras = tf.keras
 
 
-# The distributions that make each stack, as pip names them.
+# The import packages that make each stack beside TensorFlow. Their distributions are looked
+# up, not assumed: pip names differ between releases and nightlies (tf-keras and
+# tf-keras-nightly, tensorflow, tensorflow-cpu, tensorflow-tpu and tf-nightly).
 _PACKAGES = {
-    "current": ("tf-estimator-nightly", "tf-keras"),
-    "tf2.15": ("tensorflow-estimator", "keras"),
+    "current": ("tensorflow", "tensorflow_estimator", "tf_keras"),
+    "tf2.15": ("tensorflow", "tensorflow_estimator", "keras"),
 }
+
+
+def distributions(package):
+  """[(distribution, version)] installed that provide import package `package` (sorted)."""
+  names = metadata.packages_distributions().get(package, ())
+  # As pip prints them (PEP 503): a wheel's metadata may say tf_keras or tensorflow_cpu.
+  return sorted({(re.sub(r"[-_.]+", "-", name).lower(), metadata.version(name))
+                 for name in names})
 
 
 def describe():
   """One line naming the stack and its versions, for logs and bug reports."""
   versions = [f"TensorFlow {tf.__version__}"]
-  versions += [f"{name} {metadata.version(name)}" for name in _PACKAGES[NAME]]
+  for package in _PACKAGES[NAME]:
+    found = distributions(package) or [(f"{package} (no distribution)", "?")]
+    versions += [f"{name} {version}" for name, version in found]
   return f"stack {NAME}: " + ", ".join(versions)

@@ -10,6 +10,12 @@ from estimator_tpu import config as config_lib
 from estimator_tpu import testing
 from estimator_tpu.training import assemble
 
+# The compat `tf` turns eager execution off for its process, as TF 1 ran; a test process
+# also runs the library's TF 2 code, so it keeps eager execution on. Programs the tests
+# start (program_env) get the default, graph mode, as a user's program does.
+_EXECUTION_ENV = "ESTIMATOR_TPU_COMPAT_EXECUTION"
+os.environ.setdefault(_EXECUTION_ENV, "eager")
+
 NUM_TRAIN = 200
 NUM_EVAL = 37
 IMAGE_SIZE = 32
@@ -23,7 +29,10 @@ def program_env(**extra):
   current cloud VMs): a test that read the output without it would pass only
   on hosts like the one it was written on.
   """
-  return dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", **extra)
+  env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1")
+  del env[_EXECUTION_ENV]  # set for this process (above), also in xdist's workers
+  env.update(extra)
+  return env
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,13 @@ RULE_EXAMPLES = {
                           "tensorflow.python.distribute.mirrored_strategy"),
     "estimator.python.estimator": ("early_stopping", "stop_if_no_increase_hook",
                                    "tensorflow_estimator.python.estimator.early_stopping"),
+    "slim.python.slim.data": ("tfexample_decoder", "TFExampleDecoder",
+                              "tf_slim.data.tfexample_decoder"),
+    "slim.python.slim.nets": ("resnet_v1", "resnet_v1_50", "tf_slim.nets.resnet_v1"),
+    "slim.python.slim": ("learning", "train", "tf_slim.learning"),
+    "slim": ("nets", "inception", "tf_slim.nets"),
+    "framework.python.ops": ("variables", "assign_from_checkpoint_fn", "tf_slim.ops.variables"),
+    "layers.python.layers": ("layers", "conv2d", "tf_slim.layers.layers"),
 }
 
 
@@ -99,7 +106,7 @@ def test_every_module_rule_has_an_example():
 def test_each_module_rule_gives_tf_2s_module_on_the_installed_tensorflow(prefix):
   module_name, name, home = RULE_EXAMPLES[prefix]
   assert any(importlib.util.find_spec(h) is not None for h in registry.MODULE_RULES[prefix]
-             if importlib.util.find_spec(h.rpartition(".")[0]) is not None), prefix
+             if importlib.util.find_spec(h.rpartition(".")[0] or h) is not None), prefix
   module = importlib.import_module(f"tensorflow.contrib.{prefix}.{module_name}")
   assert module is importlib.import_module(home)
   assert getattr(module, name) is getattr(importlib.import_module(home), name)
@@ -133,7 +140,7 @@ def test_the_2022_23_import_of_the_estimator_resolves(statement):
 
 
 @pytest.mark.parametrize("statement,path,module", [
-    ("from tensorflow.contrib import slim", "tensorflow.contrib.slim", None),
+    ("from tensorflow.contrib import gan", "tensorflow.contrib.gan", None),
     ("import tensorflow.contrib.learn", "tensorflow.contrib.learn", None),
     ("from tensorflow.contrib.tpu import keras_to_tpu_model",
      "tensorflow.contrib.tpu.keras_to_tpu_model", "tpu"),
@@ -162,3 +169,44 @@ def test_module_paths_need_the_compat_import_and_nothing_else():
                         check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "1",
                              "PATH": "/usr/bin"})
   assert done.stdout.split() == ["no", "contrib", "estimator_tpu.compat.checkpoint_hooks"]
+
+
+@pytest.mark.parametrize("path,name", registry.V1_EXAMPLES)
+def test_tf_1_public_module_paths_are_tf_compat_v1s_modules(path, name):
+  module = importlib.import_module(f"tensorflow.{path}")
+  v1 = importlib.import_module("tensorflow").compat.v1
+  for part in path.split("."):
+    v1 = getattr(v1, part)
+  assert module is v1
+  assert getattr(module, name) is getattr(v1, name)
+
+
+def test_tf_1_module_paths_by_from_import_and_tensorflows_own_modules_win():
+  from tensorflow.gfile import Exists
+  from tensorflow.saved_model import loader
+  real_tf = importlib.import_module("tensorflow")
+  assert Exists is real_tf.compat.v1.gfile.Exists
+  assert loader is real_tf.compat.v1.saved_model.loader
+  import tensorflow.io
+  import tensorflow.summary
+  assert tensorflow.io.write_file is real_tf.io.write_file
+  assert tensorflow.summary.create_file_writer is real_tf.summary.create_file_writer
+  with pytest.raises(ImportError):
+    import tensorflow.no_such_module  # noqa: F401
+  if stacks.NAME != "tf2.15":  # the estimator's v1 API is this package's alias, not TF's
+    with pytest.raises(ImportError):
+      import tensorflow.estimator  # noqa: F401
+    assert not hasattr(real_tf, "estimator")
+
+
+def test_compat_check_reports_tf_1_module_paths_mapped(tmp_path):
+  from estimator_tpu.compat import check
+  program = tmp_path / "paths.py"
+  program.write_text("from estimator_tpu.compat import tf\n"
+                     "from tensorflow.gfile import Exists, MakeDirs\n"
+                     "import tensorflow.logging as logging\n"
+                     "from tensorflow.python.eager import profiler\n"
+                     "Exists('x'), logging.info, profiler.start\n")
+  lines = []
+  assert check.main([str(program)], out=lines.append) == 0, lines
+  assert lines[-1].endswith("runs with only its import line changed")

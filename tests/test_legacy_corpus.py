@@ -169,7 +169,7 @@ def test_mnist_like_trains_evaluates_predicts_and_exports(mnist):
 
 
 @pytest.mark.parametrize("program", ["bert", "resnet", "mnist", "efficientnet", "albert",
-                                     "mnasnet"])
+                                     "mnasnet", "slim_model", "detection"])
 def test_runs_are_quiet(program, request):
   log = request.getfixturevalue(program)["log"]
   assert "is deprecated" not in log
@@ -338,3 +338,79 @@ def test_a_warm_started_wide_and_deep_starts_from_the_first_run(tmp_path_factory
   assert metrics["global_step"] == 1
   # After one step of its own it classifies as well as the first run had learned to.
   assert metrics["accuracy"] > metrics["accuracy_baseline"] + 0.2
+
+
+# --- slim-era and graph-mode programs ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slim_model(tmp_path_factory):
+  root = tmp_path_factory.mktemp("slim_like")
+  model_dir, export_dir = str(root / "model"), str(root / "export")
+  log = _run("slim_like/inception_main.py", f"--data_dir={root / 'data'}",
+             f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--train_steps=10",
+             "--iterations_per_loop=5")
+  return {"model_dir": model_dir, "export_dir": export_dir, "log": log}
+
+
+def test_slim_like_keeps_slims_variable_names_and_restores_the_moving_average(slim_model):
+  model_dir = slim_model["model_dir"]
+  results = _results(os.path.join(model_dir, "eval_results.txt"))
+  assert results["global_step"] == 10 and 0.0 <= results["accuracy"] <= 1.0
+  names = {name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(model_dir))}
+  # slim.conv2d under Inception's arg_scope, slim.nets' bottleneck: slim's names, as TF 1.15 made.
+  assert {"conv1/weights", "conv1/BatchNorm/beta", "conv1/BatchNorm/moving_mean",
+          "block1/shortcut/weights", "block1/conv3/BatchNorm/moving_variance",
+          "logits/weights", "logits/biases"} <= names
+  assert "logits/weights/ExponentialMovingAverage" in names
+  assert "Restoring parameters from" in slim_model["log"]
+  (version,) = os.listdir(slim_model["export_dir"])
+  serve = tf.saved_model.load(os.path.join(slim_model["export_dir"], version))
+  # The export restored the moving averages: its logits layer holds their values.
+  exported = {v.name.split(":")[0]: v.numpy() for v in serve.variables}
+  np.testing.assert_allclose(
+      exported["logits/weights"],
+      tf.train.load_variable(model_dir, "logits/weights/ExponentialMovingAverage"))
+  jpeg = tf.io.encode_jpeg(tf.zeros([24, 24, 3], tf.uint8)).numpy()
+  outputs = serve.signatures["classify"](tf.constant([jpeg, jpeg]))
+  np.testing.assert_allclose(outputs["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def detection(tmp_path_factory):
+  model_dir = str(tmp_path_factory.mktemp("detection_like") / "model")
+  log = _run("detection_like/detection_main.py", f"--model_dir={model_dir}", "--train_steps=10",
+             "--iterations_per_loop=5")
+  return {"model_dir": model_dir, "log": log}
+
+
+def test_detection_like_main_writes_eval_summaries_with_a_file_writer(detection):
+  model_dir = detection["model_dir"]
+  results = _results(os.path.join(model_dir, "coco_metrics.txt"))
+  assert results["global_step"] == 10
+  assert 0.0 <= results["AP50"] <= 1.0 and 0.0 <= results["mean_iou"] <= 1.0
+  (events,) = glob.glob(os.path.join(model_dir, "coco_eval", "events.out.tfevents.*"))
+  written = {(value.tag, event.step): value.simple_value
+             for event in tf.compat.v1.train.summary_iterator(events)
+             for value in event.summary.value}
+  assert written == {(name, 10): pytest.approx(value, rel=1e-6)
+                     for name, value in results.items() if name != "global_step"}
+
+
+def test_gfile_like_reads_and_writes_through_tf_1_module_paths(tmp_path):
+  text = tmp_path / "text"
+  text.mkdir()
+  (text / "train.txt").write_text("the cat sat\non the mat\nthe end\n")
+  (text / "valid.txt").write_text("the cat\n")
+  save_dir = tmp_path / "out"
+  _run("gfile_like/data_utils.py", f"--data_dir={text}", f"--save_dir={save_dir}",
+       "--seq_len=3")
+  vocab = (save_dir / "vocab.txt").read_text().split()
+  assert vocab == ["<eos>", "the", "cat", "end", "mat", "on", "sat"]  # by count, then word
+  info = json.loads((save_dir / "corpus-info.json").read_text())
+  # 11 train tokens in chunks of 3 with one to predict: 3 examples; valid's 3 tokens: 0.
+  assert info == {"vocab_size": 7, "seq_len": 3, "num_examples": {"train": 3, "valid": 0}}
+  record = next(tf.compat.v1.io.tf_record_iterator(str(save_dir / "train.seq_len-3.tfrecords")))
+  example = tf.train.Example.FromString(record)
+  assert list(example.features.feature["inputs"].int64_list.value) == [1, 2, 6]
+  assert list(example.features.feature["labels"].int64_list.value) == [2, 6, 0]

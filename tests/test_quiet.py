@@ -12,6 +12,7 @@ import sys
 from conftest import program_env
 import pytest
 
+from estimator_tpu import stacks
 from estimator_tpu import tf_startup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,7 +92,9 @@ from estimator_tpu.compat import tf
 tf.constant(1.0)
 tf.compat.v2.profiler.experimental.client.trace  # loads the profiler's native module now
 # A C++ log record after start-up (the Print op logs its message at INFO).
-tf.raw_ops.Print(input=tf.constant(1), data=[tf.constant(7)], message="later-record ")
+with tf.Session() as session:
+  session.run(tf.raw_ops.Print(input=tf.constant(1), data=[tf.constant(7)],
+                               message="later-record "))
 print("done", file=sys.stderr)
 """
 
@@ -102,6 +105,32 @@ def test_first_use_of_compat_tf_is_quiet_and_later_cpp_records_still_print():
   assert _startup_lines(done.stderr) == []
   assert "later-record [7]" in done.stderr  # TF_CPP_MIN_LOG_LEVEL=0 asked for INFO
   assert done.stderr.rstrip().endswith("done")
+
+
+RECORDS = """
+import os, sys
+from estimator_tpu.compat import tf
+path = os.path.join(sys.argv[1], "x.tfrecord")
+with tf.python_io.TFRecordWriter(path) as writer:
+  writer.write(b"x")
+record = tf.data.TFRecordDataset(path).make_one_shot_iterator().get_next()
+with tf.Session() as session:
+  print(session.run(record), os.environ["TF_CPP_MIN_LOG_LEVEL"])
+"""
+# What TF 2.21 logs at INFO for that program; TF 1.15 printed neither.
+LATER_INFO = ("MLIR V1 optimization pass is not enabled", "TFRecordDataset `buffer_size`")
+
+
+def test_the_compat_import_keeps_later_cpp_info_lines_away_unless_asked_for(tmp_path):
+  done = _run([sys.executable, "-c", RECORDS, str(tmp_path)])  # no TF_CPP_MIN_LOG_LEVEL
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.split() == ["b'x'", "1"]  # INFO off; warnings and errors still print
+  assert not [line for line in done.stderr.splitlines()
+              if any(mark in line for mark in LATER_INFO)], done.stderr
+  asked = _run([sys.executable, "-c", RECORDS, str(tmp_path)], TF_CPP_MIN_LOG_LEVEL="0")
+  assert asked.stdout.split() == ["b'x'", "0"]  # the user's level wins
+  if stacks.NAME == "current":
+    assert all(mark in asked.stderr for mark in LATER_INFO)
 
 
 def test_the_switch_shows_start_up_lines_again():

@@ -53,6 +53,18 @@ def run_cli(*args):
   return result.stdout
 
 
+def pickle_flags():
+  """`run`'s flag for object (.npy of bytes) inputs where this TF's CLI asks for one.
+
+  Newer saved_model_cli builds refuse pickled .npy inputs unless `--allow_pickle` is
+  given; older ones have no such flag and refuse it. The CLI's own help says which.
+  """
+  help_text = subprocess.run(SAVED_MODEL_CLI + ["run", "--help"], capture_output=True,
+                             text=True, timeout=300,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout
+  return ["--allow_pickle"] if "--allow_pickle" in help_text else []
+
+
 @pytest.fixture(scope="module")
 def signatures(exported_model):
   loaded = tf.saved_model.load(exported_model)
@@ -129,7 +141,8 @@ def test_saved_model_cli_run_on_a_photo(exported_model, tmp_path):
   outdir = tmp_path / "out"
   run_cli("run", "--dir", exported_model, "--tag_set", "serve",
           "--signature_def", contract.SERVING_SIGNATURE,
-          "--inputs", f"{contract.IMAGE_BYTES}={inputs}", "--outdir", str(outdir))
+          "--inputs", f"{contract.IMAGE_BYTES}={inputs}", "--outdir", str(outdir),
+          *pickle_flags())
   probabilities = np.load(outdir / f"{contract.PROBABILITIES}.npy")
   classid = np.load(outdir / f"{contract.CLASSID}.npy")
   assert probabilities.shape == (1, NUM_CLASSES)

@@ -78,6 +78,7 @@ def test_compat_tf_offers_tf_estimator_on_both_stacks():
 
 
 def test_standins_serve_only_what_tensorflow_lacks():
+  from tensorflow.python.eager import profiler  # the one the estimator does not import
   served = tf_standins.active()
   if stacks.NAME == "current":
     assert served == sorted(tf_standins.STANDINS)
@@ -85,6 +86,8 @@ def test_standins_serve_only_what_tensorflow_lacks():
     assert served == []
     from tensorflow.python.tpu import session_support as real
     assert real.__name__ == "tensorflow.python.tpu.session_support"
+  assert profiler.__name__ == ("estimator_tpu.tf_standins.eager_profiler"
+                               if stacks.NAME == "current" else "tensorflow.python.eager.profiler")
 
 
 def test_standin_finder_is_installed_once_after_the_real_modules_finder():
@@ -163,3 +166,38 @@ def test_run_config_with_a_cluster_and_a_strategy_runs_the_coordinator(monkeypat
 def test_the_package_metadata_names_this_stacks_estimator():
   wanted = "tf-estimator-nightly" if stacks.NAME == "current" else "tensorflow-estimator"
   assert importlib.metadata.version(wanted)
+
+
+def test_the_tf_2_0_profiler_api_profiles_and_saves_for_tensorboard(tmp_path):
+  import tensorflow as tf
+  from tensorflow.python.eager import profiler
+  with pytest.raises(profiler.ProfilerNotRunningError):
+    profiler.stop()
+  with profiler.Profiler(str(tmp_path)):
+    with pytest.raises(profiler.ProfilerAlreadyRunningError):
+      profiler.start()
+    tf.reduce_sum(tf.ones([8, 8])).numpy()
+  traces = list(tmp_path.glob("plugins/profile/*/local.trace"))
+  assert len(traces) == 1 and traces[0].stat().st_size > 0
+  assert len(list(tmp_path.glob("events*.profile-empty"))) == 1
+  profiler.start()
+  assert isinstance(profiler.stop(), bytes)
+
+
+def test_describe_names_the_distributions_installed_whatever_they_are_called(monkeypatch):
+  installed = {"tensorflow": ["tf-nightly"], "tensorflow_estimator": ["tf-estimator-nightly"],
+               "tf_keras": ["tf-keras-nightly"], "keras": ["keras-nightly"]}
+  versions = {"tf-nightly": "2.23.0.dev20261026", "tf-estimator-nightly": "2.16.0.dev1",
+              "tf-keras-nightly": "2.23.0.dev2", "keras-nightly": "3.13.0.dev3"}
+  monkeypatch.setattr(stacks.metadata, "packages_distributions", lambda: installed)
+  monkeypatch.setattr(stacks.metadata, "version", versions.__getitem__)
+  line = stacks.describe()
+  assert "tf-nightly 2.23.0.dev20261026, tf-estimator-nightly 2.16.0.dev1" in line
+  assert ("tf-keras-nightly 2.23.0.dev2" if stacks.NAME == "current" else
+          "keras-nightly 3.13.0.dev3") in line
+
+
+def test_describe_names_this_stacks_real_distributions():
+  line = stacks.describe()
+  expected = {"current": "tf-keras 2.21.0", "tf2.15": "tensorflow-estimator 2.15.0"}
+  assert expected[stacks.NAME] in line

@@ -8,6 +8,8 @@ MIGRATING_DOC = "docs/MIGRATING.md"
 # The estimator's TF 1 API (what tf.compat.v1.estimator was on TF 2.15): its names
 # carry no "deprecated, use tf.compat.v1..." message, unlike the TF 2 API's.
 ESTIMATOR_V1 = "tensorflow_estimator._api.v1.estimator"
+# The tf-slim package, reached through the module that supplies the TF names it needs.
+SLIM = "estimator_tpu.compat.slim"
 
 MAPPED = "mapped"
 REIMPLEMENTED = "re-implemented"
@@ -52,6 +54,8 @@ def display_target(target):
     return "tf." + attr_path
   if module_name == ESTIMATOR_V1:
     return "tf.compat.v1.estimator." + attr_path
+  if module_name == SLIM:
+    return attr_path
   return ".".join(filter(None, [module_name, attr_path]))
 
 
@@ -99,8 +103,16 @@ class Namespace(types.ModuleType):
       raise AttributeError(refused_message(path, entry.note))
     else:
       value = load(entry.target)
-    setattr(self, name, value)
+    self.__dict__[name] = value
     return value
+
+  def __setattr__(self, name, value):
+    # Importing `<this>.<name>` as a module (by a MODULE_RULES path) must not replace the
+    # registry's object for `name`: TF 1.15's packages star-imported their modules' names,
+    # so `from tensorflow.contrib.framework.python.ops import arg_scope` is the function.
+    if isinstance(value, types.ModuleType) and isinstance(self._entries.get(name), Entry):
+      return
+    super().__setattr__(name, value)
 
   def __dir__(self):
     return sorted(name for name, entry in self._entries.items()

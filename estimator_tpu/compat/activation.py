@@ -1,5 +1,11 @@
-"""What the first use of `estimator_tpu.compat.tf` sets up for the process: TF 1 shapes, quiet.
+"""What the first use of `estimator_tpu.compat.tf` sets up for the process: TF 1 graphs, quiet.
 
+- Graph mode, as TF 1 ran: eager execution off, by TensorFlow's own switch
+  (`tf.compat.v1.disable_eager_execution()`), so a script's top-level graph code
+  (`tf.placeholder`, `tf.Session`, `tf.summary.FileWriter`, `tf.train.Saver`)
+  runs as written. Estimators build their own graphs and run the same either way.
+  The switch is process-wide; ESTIMATOR_TPU_COMPAT_EXECUTION=eager keeps eager
+  execution on (for TF 2 code in the same process, or a test process).
 - TF 1 TensorShape semantics: `shape[-1].value`, `tf.Dimension`, iteration
   over Dimensions, Dimension arithmetic and comparisons, exactly as TF 1.15 had
   them, by TensorFlow's own switch (`tf.compat.v1.disable_v2_tensorshape()`,
@@ -34,8 +40,11 @@ import warnings
 from estimator_tpu import tf_logger
 
 SHAPES_ENV = "ESTIMATOR_TPU_COMPAT_SHAPES"
+EXECUTION_ENV = "ESTIMATOR_TPU_COMPAT_EXECUTION"
 _TF215_ESTIMATOR_V1 = "tensorflow_estimator.python.estimator.api._v1.estimator"
-_KERAS_DEPRECATION = r"`tf\.[\w.]+` is deprecated and will be removed in a future version"
+# Keras 2's legacy layers' warnings (tf.layers.dense, and slim's layer.apply).
+_KERAS_DEPRECATION = (r"`(tf\.[\w.]+|layer\.apply)` is deprecated and will be removed "
+                      r"in a future version")
 
 _lock = threading.Lock()
 _active = False
@@ -54,8 +63,14 @@ def activate():
   if shapes not in ("v1", "v2"):
     raise ValueError(f"{SHAPES_ENV}={shapes!r} is not a shape mode: use v1 (TF 1 "
                      f"TensorShape, the default) or v2")
+  execution = os.environ.get(EXECUTION_ENV, "graph")
+  if execution not in ("graph", "eager"):
+    raise ValueError(f"{EXECUTION_ENV}={execution!r} is not an execution mode: use graph "
+                     f"(TF 1's, the default) or eager")
   if shapes == "v1":
     tf.compat.v1.disable_v2_tensorshape()
+  if execution == "graph":
+    tf.compat.v1.disable_eager_execution()
   # TensorFlow's own switch, module-global like tensor_shape's; `deprecation.silence()`
   # is the same flag as a context manager, which cannot span a whole program.
   deprecation._PRINT_DEPRECATION_WARNINGS = False
@@ -74,8 +89,9 @@ def activate():
   # Keras 2's legacy layers say the same through Python warnings, once per call site.
   warnings.filterwarnings("ignore", message=_KERAS_DEPRECATION, category=UserWarning)
   tf_logger.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "
-               "TF 1 shapes %s, deprecation messages off (docs/MIGRATING.md)",
-               tf.__version__, "on" if shapes == "v1" else "off")
+               "%s, TF 1 shapes %s, deprecation messages off (docs/MIGRATING.md)",
+               tf.__version__, "graph mode" if execution == "graph" else "eager execution on",
+               "on" if shapes == "v1" else "off")
 
 
 def quiet_api_modules(prefix):

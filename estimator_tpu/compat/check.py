@@ -69,10 +69,14 @@ def _contrib_status(parts):
       if i == len(parts):
         return _lazy.MAPPED, "module path"
       return UNKNOWN, ""
-  for name in rest:
+  for i, name in enumerate(rest):
     entry = entries.get(name)
     if entry is None:
       return UNKNOWN, ""
+    if not isinstance(entry, dict) and entry.kind != _lazy.REFUSED and rest[i + 1:]:
+      value = _lazy.load(entry.target)  # a mapped module (tf.contrib.slim): its names
+      if isinstance(value, types.ModuleType) and not _resolves(value, rest[i + 1:]):
+        return UNKNOWN, f"{value.__name__} has no {'.'.join(rest[i + 1:])}"
     if not isinstance(entry, dict):
       if entry.kind == _lazy.REIMPLEMENTED:
         return entry.kind, _lazy.display_target(entry.target)

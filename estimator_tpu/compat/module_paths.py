@@ -18,7 +18,10 @@ gets a chance. `ModulePathFinder` answers them from the registry:
 - a refused or unknown path raises ImportError with the message the attribute
   form gives;
 - `registry.MOVED_PACKAGES` paths (`tensorflow.python.estimator...`) are the
-  modules of the moved package, where TensorFlow has no module of its own.
+  modules of the moved package, where TensorFlow has no module of its own;
+- TF 1's public modules (`tensorflow.gfile`, `tensorflow.logging`,
+  `tensorflow.saved_model.loader`, ...) are tf.compat.v1's, where TensorFlow has no
+  module of its own (registry.V1_API).
 """
 
 import importlib
@@ -26,8 +29,10 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import types
 
 from estimator_tpu import _moved
+from estimator_tpu import tf_standins
 from estimator_tpu.compat import _lazy
 from estimator_tpu.compat import registry
 
@@ -72,6 +77,11 @@ def contrib_module(fullname):
     return getattr(parent, name)  # the attribute form's own namespace object
   if entry.kind == _lazy.REFUSED:
     raise ImportError(_lazy.refused_message(fullname, entry.note))
+  value = getattr(parent, name)
+  if isinstance(value, types.ModuleType):
+    return value  # a mapped module (tf.contrib.slim is the tf_slim package)
+  if registry.rule_homes(relative):
+    return by_rule(fullname, relative)  # the module of a star-imported name (arg_scope)
   return None  # a class or function, not a module: Python's own error says so
 
 
@@ -106,8 +116,40 @@ def _moved_target(fullname, path):
   return None
 
 
+_v1_aliases = set()
+
+
+def _v1_target(fullname, path):
+  """`tensorflow.compat.v1.<rest>` for a TF 1 public module path `tensorflow.<rest>`, or None.
+
+  None where TensorFlow has a module of its own there, where tf.compat.v1 has none
+  (or only one this package serves, like the estimator's), and while TensorFlow
+  itself is still being imported.
+  """
+  old, new = registry.V1_API
+  if not fullname.startswith(old + ".") or fullname.split(".")[1] in registry.TF_OWN_PACKAGES:
+    return None
+  tensorflow = sys.modules.get(old)
+  if tensorflow is None or getattr(tensorflow.__spec__, "_initializing", False):
+    return None
+  parent = fullname.rpartition(".")[0]
+  if parent not in _v1_aliases and importlib.machinery.PathFinder.find_spec(fullname, path):
+    return None
+  target = new + fullname[len(old):]
+  if tf_standins.estimator_alias(target) is not None:
+    return None  # tf.compat.v1's estimator is this package's alias; tf.estimator stays as TF has it
+  try:
+    spec = importlib.util.find_spec(target)
+  except ImportError:  # a parent of `target` does not exist
+    return None
+  if spec is None:
+    return None
+  _v1_aliases.add(fullname)
+  return target
+
+
 class ModulePathFinder(importlib.abc.MetaPathFinder):
-  """Finds tensorflow.contrib paths and MOVED_PACKAGES paths; None for anything else."""
+  """Finds tensorflow.contrib paths, MOVED_PACKAGES paths and TF 1 public module paths."""
 
   def find_spec(self, fullname, path=None, target=None):
     if fullname == CONTRIB or fullname.startswith(CONTRIB + "."):
@@ -117,10 +159,14 @@ class ModulePathFinder(importlib.abc.MetaPathFinder):
       return importlib.util.spec_from_loader(
           fullname, _moved.AliasLoader(lambda: module), is_package=True)
     moved = _moved_target(fullname, path)
-    if moved is None:
+    if moved is not None:
+      return importlib.util.spec_from_loader(
+          fullname, _moved.AliasLoader(lambda: importlib.import_module(moved)))
+    v1 = _v1_target(fullname, path)
+    if v1 is None:
       return None
     return importlib.util.spec_from_loader(
-        fullname, _moved.AliasLoader(lambda: importlib.import_module(moved)))
+        fullname, _moved.AliasLoader(lambda: importlib.import_module(v1)), is_package=True)
 
 
 def install():

@@ -18,6 +18,22 @@ _DATA = "tensorflow:compat.v1.data.experimental."
 _LOOKUP_OPS = "tensorflow.python.ops.lookup_ops:"
 _SUMMARY_V2 = "tensorflow.python.ops.summary_ops_v2:"
 _EST_EXP = _EST_V1 + "experimental."
+# tf_slim, through estimator_tpu.compat.slim (which supplies the TF names tf_slim needs).
+_SLIM = "estimator_tpu.compat.slim:tf_slim."
+_SLIM_NOTE = "TF 1.15's, which moved into tf-slim with the rest of slim."
+_SLIM_LAYER_NOTE = ("tf-slim's layer, which TF 1.15's tf.contrib.layers was: the same "
+                    "arguments, arg_scope and variable names (weights, biases, BatchNorm/*).")
+# tf.contrib.framework's names that tf_slim.ops.arg_scope / tf_slim.ops.variables hold.
+SLIM_FRAMEWORK = (
+    "arg_scope", "add_arg_scope", "current_arg_scope", "has_arg_scope",
+    "arg_scoped_arguments", "variable", "model_variable", "local_variable",
+    "global_variable", "add_model_variable", "get_variables", "get_model_variables",
+    "get_local_variables", "get_trainable_variables", "get_unique_variable",
+    "get_variables_by_name", "get_variables_by_suffix", "get_variable_full_name",
+    "get_variables_to_restore", "filter_variables", "assign_from_checkpoint",
+    "assign_from_checkpoint_fn", "assign_from_values", "assign_from_values_fn",
+    "assert_global_step", "assert_or_get_global_step", "create_global_step",
+    "VariableDeviceChooser")
 _SUMMARY_NOTE = ("TF-internal module tf.contrib.summary re-exported in 1.15; "
                  "records only under always_record_summaries() or "
                  "record_summaries_every_n_global_steps(); step defaults to "
@@ -206,15 +222,10 @@ LAYERS = {
     "l1_regularizer": reimplemented(_C + "layers:l1_regularizer",
                                     "scale * sum(|w|)."),
     "flatten": mapped("tensorflow:compat.v1.layers.flatten"),
-    **{name: refused(
-        f"TF-Slim style layer; use tf.layers.{new} (argument and variable "
-        f"names differ: weights/biases became kernel/bias, so old checkpoints "
-        f"need a name map)")
-       for name, new in (("conv2d", "conv2d"), ("fully_connected", "dense"),
-                         ("batch_norm", "batch_normalization"),
-                         ("max_pool2d", "max_pooling2d"),
-                         ("avg_pool2d", "average_pooling2d"),
-                         ("dropout", "dropout"))},
+    **{name: mapped(_SLIM + name, _SLIM_LAYER_NOTE)
+       for name in ("conv2d", "fully_connected", "batch_norm", "max_pool2d",
+                    "avg_pool2d", "dropout", "separable_conv2d", "conv2d_transpose",
+                    "repeat", "stack", "one_hot_encoding", "unit_norm")},
     "embed_sequence": refused(
         "use tf.nn.embedding_lookup on a tf.compat.v1.get_variable, or "
         "tf.keras.layers.Embedding"),
@@ -297,9 +308,6 @@ SUMMARY = {
         "TF 2 has no SQLite summary writer; use create_file_writer"),
 }
 
-_SLIM_ONLY = ("use the separate tf-slim package (tf_slim.{0}) or rewrite "
-              "without it")
-
 FRAMEWORK = {
     "get_or_create_global_step": mapped(
         "tensorflow:compat.v1.train.get_or_create_global_step"),
@@ -309,17 +317,7 @@ FRAMEWORK = {
     "is_tensor": mapped("tensorflow:is_tensor"),
     "list_variables": mapped("tensorflow:train.list_variables"),
     "load_variable": mapped("tensorflow:train.load_variable"),
-    "arg_scope": refused(_SLIM_ONLY.format("arg_scope")),
-    "add_arg_scope": refused(_SLIM_ONLY.format("add_arg_scope")),
-    "model_variable": refused(
-        "use tf.compat.v1.get_variable(..., collections=[GLOBAL_VARIABLES, "
-        "MODEL_VARIABLES])"),
-    "get_variables_to_restore": refused(
-        "use tf.compat.v1.global_variables() filtered by name, or "
-        "tf.compat.v1.train.init_from_checkpoint(ckpt, {'scope/': 'scope/'})"),
-    "assign_from_checkpoint_fn": refused(
-        "use tf.compat.v1.train.init_from_checkpoint in model_fn (or a "
-        "Scaffold(init_fn=...))"),
+    **{name: mapped(_SLIM + name, _SLIM_NOTE) for name in SLIM_FRAMEWORK},
 }
 
 ESTIMATOR = {
@@ -372,12 +370,17 @@ UTIL = {
                              "Renamed tf.get_static_value."),
 }
 
+# Whole tf.contrib modules that left TensorFlow as a package of their own (pinned in every lock).
+MAPPED_MODULES = {
+    "slim": mapped(
+        _SLIM.rstrip("."),
+        "The tf-slim package (its last release): the same layers, arg_scope, "
+        "variables, nets, data decoders and learning loop, and the same variable "
+        "names, so slim checkpoints restore (estimator_tpu.compat.slim)."),
+}
+
 # Whole tf.contrib modules TF 2 has in no form.
 REFUSED_MODULES = {
-    "slim": refused(
-        "TF-Slim left TensorFlow; use tf.layers / tf.compat.v1.layers (in this "
-        "tf) or tf.keras.layers, or the separate tf-slim package to keep "
-        "slim checkpoints' variable names"),
     "learn": refused(
         "tf.contrib.learn was replaced by tf.estimator; use "
         "tf.estimator.train_and_evaluate (or a train/evaluate loop) for "
@@ -451,6 +454,7 @@ CONTRIB = {
     "estimator": ESTIMATOR,
     "distribute": DISTRIBUTE,
     "util": UTIL,
+    **MAPPED_MODULES,
     **REFUSED_MODULES,
 }
 
@@ -492,6 +496,8 @@ MODULE_PATHS = {
                    "xavier_initializer_conv2d")),
     "layers.python.layers.regularizers": ("layers", ("l1_regularizer", "l2_regularizer")),
     "lookup.lookup_ops": ("lookup", None),
+    # Its __init__ star-imported arg_scope and variables: the functions, not the modules.
+    "framework.python.ops": ("framework", SLIM_FRAMEWORK),
 }
 
 # TF 1.15 module paths under tensorflow.contrib, by rule: `tensorflow.contrib.<prefix>.<rest>`
@@ -505,6 +511,13 @@ MODULE_RULES = {
     "data.python.ops": ("tensorflow.python.data.experimental.ops",),
     "distribute.python": ("tensorflow.python.distribute",),
     "estimator.python.estimator": ("tensorflow_estimator.python.estimator",),
+    # TF 1.15's slim and the contrib modules it was made of, now the tf-slim package.
+    "slim.python.slim.data": ("tf_slim.data",),
+    "slim.python.slim.nets": ("tf_slim.nets",),
+    "slim.python.slim": ("tf_slim",),
+    "slim": ("tf_slim",),
+    "framework.python.ops": ("tf_slim.ops",),
+    "layers.python.layers": ("tf_slim.layers",),
 }
 
 
@@ -522,6 +535,23 @@ def rule_homes(relative):
 MOVED_PACKAGES = {
     "tensorflow.python.estimator": "tensorflow_estimator.python.estimator",
 }
+
+
+# TF 1's public modules by path (`from tensorflow.gfile import Exists`, `import
+# tensorflow.logging`, `tensorflow.saved_model.loader`): `tensorflow.<rest>` is
+# `tensorflow.compat.v1.<rest>` where TensorFlow has no module `tensorflow.<rest>` of its own
+# and its tf.compat.v1 has one (a module of TensorFlow's, not one this package serves).
+# TensorFlow's own packages below hold no TF 1 API path; they are passed over at once.
+V1_API = ("tensorflow", "tensorflow.compat.v1")
+TF_OWN_PACKAGES = ("python", "compat", "core", "contrib", "_api")
+# One TF 1 public module per line, with a name it held: tests/test_compat_paths.py imports each.
+V1_EXAMPLES = (
+    ("gfile", "Exists"), ("logging", "info"), ("app", "run"), ("python_io", "TFRecordWriter"),
+    ("layers", "dense"), ("losses", "softmax_cross_entropy"), ("metrics", "accuracy"),
+    ("initializers", "variance_scaling"), ("resource_loader", "get_data_files_path"),
+    ("saved_model.loader", "load"), ("train.queue_runner", "QueueRunner"),
+    ("manip", "roll"), ("spectral", "fft"), ("user_ops", "my_fact"),
+)
 
 
 def module_path_entries(relative):
@@ -562,6 +592,8 @@ def markdown_tables():
     if isinstance(entries, dict):
       prefix = f"tf.contrib.{name}"
       sections.append((f"`{prefix}`", _table(rows(entries, prefix))))
+  sections.append(("Whole `tf.contrib` modules that are a package now",
+                   _table(rows(MAPPED_MODULES))))
   sections.append(("Whole `tf.contrib` modules TF 2 has in no form",
                    _table(rows(REFUSED_MODULES))))
   sections.append(("Module paths", _module_table()))
@@ -585,4 +617,8 @@ def _module_table():
   for old, new in MOVED_PACKAGES.items():
     lines.append(f"| `{old}` and its submodules | where TensorFlow has none: the module "
                  f"of the same path under `{new}` | `{new}` |")
+  old, new = V1_API
+  lines.append(f"| `{old}.*` (TF 1's public modules: `{old}.gfile`, `{old}.logging`, ...) "
+               f"| where TensorFlow has none: the module of the same path under `{new}` "
+               f"| `{new}` |")
   return "\n".join(lines)

@@ -19,8 +19,9 @@ Keras 2), and
 Importing it sets nothing process-wide beyond those two attributes, so TF 1
 code beside it (`from estimator_tpu.compat import tf`) runs as before. The
 other way round holds only in part: the compat `tf` turns on TF 1 TensorShapes
-with TensorFlow's own switch, which is one flag for the whole process; run TF 2
-code beside it with ESTIMATOR_TPU_COMPAT_SHAPES=v2, or in its own process.
+and graph mode with TensorFlow's own switches, each one flag for the whole
+process; run TF 2 code beside it with ESTIMATOR_TPU_COMPAT_SHAPES=v2 and
+ESTIMATOR_TPU_COMPAT_EXECUTION=eager, or in its own process.
 """
 
 # Private names only: any public one would hide TensorFlow's (tf.types, ...).

@@ -1,9 +1,10 @@
-"""Stand-ins for the four TF-internal modules that TF >= 2.16 removed and the estimator imports.
+"""Stand-ins for TF-internal modules that TF >= 2.16 removed and TF 1-era code imports.
 
 `tf-estimator-nightly` (the last estimator build) imports
 `tensorflow.python.distribute.estimator_training`,
 `tensorflow.python.tpu.tpu_embedding`, `tensorflow.python.tpu.tpu_embedding_gradient`
-and `tensorflow.python.tpu.session_support`. install() puts a finder at the end of
+and `tensorflow.python.tpu.session_support`; TF 1-era TPU programs import
+`tensorflow.python.eager.profiler`. install() puts a finder at the end of
 `sys.meta_path`: TensorFlow's own module wins wherever it exists (TF 2.15), and the
 stand-in beside this file is served only where TensorFlow has none. Nothing is
 imported until the estimator asks for the module.
@@ -36,6 +37,8 @@ STANDINS = {
         "estimator_tpu.tf_standins.tpu_embedding_gradient",
     "tensorflow.python.tpu.session_support":
         "estimator_tpu.tf_standins.session_support",
+    "tensorflow.python.eager.profiler":
+        "estimator_tpu.tf_standins.eager_profiler",
 }
 
 # TF 2.15's paths of the estimator API -> the tensorflow_estimator module that serves them.
