@@ -1,6 +1,8 @@
 # The two commands a fresh machine needs: `make demo` and `make test`.
 # STACK=current (default): Python 3.12, TensorFlow 2.21 + tf-estimator-nightly, in .venv.
 # STACK=tf2.15: Python 3.11, TensorFlow 2.15.1 + tensorflow-estimator 2.15.0, in .venv-tf2.15.
+# STACK=tpu: Python 3.12, TensorFlow 2.20's TPU build (tensorflow-tpu + libtpu) + tf-estimator-nightly,
+#   in .venv-tpu: the stack for PJRT TPU VMs (v5e, v6e); on a host without a TPU it runs as CPU TensorFlow.
 STACK ?= current
 ifeq ($(STACK),current)
   PYTHON_VERSION := 3.12
@@ -8,8 +10,11 @@ ifeq ($(STACK),current)
 else ifeq ($(STACK),tf2.15)
   PYTHON_VERSION := 3.11
   VENV := .venv-tf2.15
+else ifeq ($(STACK),tpu)
+  PYTHON_VERSION := 3.12
+  VENV := .venv-tpu
 else
-  $(error STACK=$(STACK) is not a stack: use STACK=current (the default) or STACK=tf2.15)
+  $(error STACK=$(STACK) is not a stack: use STACK=current (the default), STACK=tf2.15 or STACK=tpu)
 endif
 LOCK := requirements/$(STACK).lock
 PY := $(VENV)/bin/python

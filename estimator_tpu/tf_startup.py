@@ -23,6 +23,11 @@ is written to stderr as it came. Nothing is captured afterwards: C++ messages
 that come later print as TF_CPP_MIN_LOG_LEVEL says. oneDNN stays as TensorFlow
 chose it. ESTIMATOR_TPU_TF_STARTUP_LOGS=1 shows the start-up lines again.
 
+The tpu stack's TensorFlow, with libtpu left unloaded on a host without a TPU
+(estimator_tpu.libtpu_guard), looks for a TPU platform the first time it
+lists devices, and logs five tries a second apart; the import lists the
+devices inside the capture, so those lines and that wait come with it.
+
 TF 2.15 logs one more such line, through a copy of absl inside
 libtensorflow_cc that nothing outside can configure, at the first XLA
 compile of a process ("Compiled cluster using XLA!  This line is logged at
@@ -39,6 +44,8 @@ import re
 import sys
 import tempfile
 import threading
+
+from estimator_tpu import libtpu_guard
 
 SHOW_ENV = "ESTIMATOR_TPU_TF_STARTUP_LOGS"
 PACKAGE = "tensorflow"
@@ -147,6 +154,9 @@ class _QuietLoader(importlib.abc.Loader):
     try:
       with captured():
         self._loader.exec_module(module)
+        if module.__name__ == PACKAGE and libtpu_guard.runs_without_tpu():
+          # The TPU build's 4 s of "No TPU platform registered" retries, at the first listing.
+          module.config.list_physical_devices()
     finally:
       # The module keeps its real loader (importlib.resources and friends ask it).
       module.__loader__ = self._loader
