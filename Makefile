@@ -26,7 +26,9 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 
 install: $(VENV)/.installed
 
-# A venv of another Python version (an older checkout's .venv) is made anew.
+# A venv of another Python version (an older checkout's .venv) is made anew. The tpu stack's venv
+# gets a start-up file that keeps libtpu off the cloud metadata server on hosts without a TPU, for
+# programs that import TensorFlow before estimator_tpu too (estimator_tpu/libtpu_guard.py).
 $(VENV)/.installed: $(LOCK) pyproject.toml
 	@python=$${PYTHON:-$$(scripts/find_python.sh $(PYTHON_VERSION))} || exit 1; \
 	if ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(PYTHON_VERSION))))' 2>/dev/null; then \
@@ -34,6 +36,7 @@ $(VENV)/.installed: $(LOCK) pyproject.toml
 	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(LOCK)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(if $(filter tpu,$(STACK)),$(PY) -c 'from estimator_tpu import libtpu_guard; libtpu_guard.write_startup_file()')
 	scripts/pip_check.sh $(PY)
 	touch $@
 

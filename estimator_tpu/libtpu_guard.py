@@ -13,7 +13,10 @@ variables, read when TensorFlow loads, turn this off:
 
 `apply()`, called by `import estimator_tpu` before anything imports
 TensorFlow, sets both where no TPU is attached, each only if the environment
-does not set it already (an explicit `TPU_LOAD_LIBRARY=1` is kept). Where a
+does not set it already (an explicit `TPU_LOAD_LIBRARY=1` is kept). A
+program that imports TensorFlow before estimator_tpu is covered by the tpu
+stack's venv: `make install STACK=tpu` writes a start-up file
+(`write_startup_file()`) that runs `apply()` when its Python starts. Where a
 TPU is attached it changes nothing: libtpu then needs the metadata server to
 find its topology. Subprocesses inherit the variables. On the other stacks
 nothing reads them.
@@ -24,12 +27,13 @@ whose IOMMU group holds a Google PCI device (vendor 0x1ae0; v5e, v5p, v6e).
 """
 
 import glob
-import importlib.metadata
 import os
+import sysconfig
 
 SKIP_MDS_QUERY = "TPU_SKIP_MDS_QUERY"
 LOAD_LIBRARY = "TPU_LOAD_LIBRARY"
 GOOGLE_PCI_VENDOR = "0x1ae0"
+VARIABLES = (SKIP_MDS_QUERY, LOAD_LIBRARY)
 TPU_BUILD = "tensorflow-tpu"
 
 
@@ -77,6 +81,7 @@ def apply(environ=None, dev_root="/dev", sys_root="/sys"):
 
 def is_tpu_build():
   """True where the installed TensorFlow is its TPU build (the tpu stack)."""
+  import importlib.metadata  # here: apply() also runs at interpreter start-up (see below)
   try:
     importlib.metadata.version(TPU_BUILD)
   except importlib.metadata.PackageNotFoundError:
@@ -92,3 +97,24 @@ def runs_without_tpu():
   that listing while it keeps TensorFlow's start-up lines off stderr).
   """
   return os.environ.get(LOAD_LIBRARY) == "0" and is_tpu_build()
+
+
+STARTUP_FILE = "estimator_tpu_libtpu_guard.pth"
+
+
+def write_startup_file(site_dir=None):
+  """Writes site_dir/estimator_tpu_libtpu_guard.pth, which runs apply() as that Python starts.
+
+  Python runs a .pth file's `import` lines at start-up (the `site` module);
+  this one loads this file by its path, not the package, so start-up imports
+  nothing else of estimator_tpu. Returns the file's path.
+  """
+  site_dir = site_dir or sysconfig.get_paths()["purelib"]
+  here = os.path.abspath(__file__)
+  line = ("import importlib.util as u; "
+          f"s = u.spec_from_file_location('estimator_tpu_libtpu_guard', {here!r}); "
+          "m = u.module_from_spec(s); s.loader.exec_module(m); m.apply()\n")
+  path = os.path.join(site_dir, STARTUP_FILE)
+  with open(path, "w") as f:
+    f.write(line)
+  return path

@@ -121,3 +121,25 @@ def test_import_and_training_with_no_network_finish_quietly(tmp_path, digits_dir
   assert out.startswith("devices: CPU\n"), out[:3000]
   assert not _TPU_LINE.search(out), out[:3000]
   assert re.search(r"^\[estimator_tpu\] step 4/4 \| .*loss=\d+\.\d{4}", out, re.MULTILINE), out
+
+
+def test_the_tpu_venv_sets_the_switches_as_python_starts():
+  show = ("import os; "
+          "print(os.environ.get('TPU_SKIP_MDS_QUERY'), os.environ.get('TPU_LOAD_LIBRARY'))")
+  done = subprocess.run([sys.executable, "-c", show], env={"PATH": "/usr/bin"},
+                        capture_output=True, text=True, timeout=60, check=True)
+  assert done.stdout.split() == (["1", "0"] if stacks.NAME == "tpu" else ["None", "None"])
+
+
+@pytest.mark.skipif(NO_NETWORK is None, reason="needs `unshare -n` (root or user namespaces) and "
+                    "`ip` to make a network namespace")
+def test_tensorflow_imported_first_with_no_network_finishes(tmp_path):
+  program = ("import tensorflow as tf\n"
+             "print('devices:', ','.join(sorted({d.device_type "
+             "for d in tf.config.list_physical_devices()})))\n")
+  done = subprocess.run([*NO_NETWORK, sys.executable, "-c", program], cwd=str(tmp_path),
+                        env={"PATH": "/usr/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+  assert done.returncode == 0, done.stdout[-3000:]
+  assert done.stdout.splitlines()[-1] == "devices: CPU", done.stdout[-3000:]
+  assert "metadata" not in done.stdout
