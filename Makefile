@@ -1,6 +1,8 @@
 # The two commands a fresh machine needs: `make demo` and `make test`.
 # STACK=current (default): Python 3.12, TensorFlow 2.21 + tf-estimator-nightly, in .venv.
 # STACK=tf2.15: Python 3.11, TensorFlow 2.15.1 + tensorflow-estimator 2.15.0, in .venv-tf2.15.
+# STACK=tpu: Python 3.12, TensorFlow 2.20's TPU build (tensorflow-tpu + libtpu) + tf-estimator-nightly,
+#   in .venv-tpu: the stack for PJRT TPU VMs (v5e, v6e); on a host without a TPU it runs as CPU TensorFlow.
 STACK ?= current
 ifeq ($(STACK),current)
   PYTHON_VERSION := 3.12
@@ -8,8 +10,11 @@ ifeq ($(STACK),current)
 else ifeq ($(STACK),tf2.15)
   PYTHON_VERSION := 3.11
   VENV := .venv-tf2.15
+else ifeq ($(STACK),tpu)
+  PYTHON_VERSION := 3.12
+  VENV := .venv-tpu
 else
-  $(error STACK=$(STACK) is not a stack: use STACK=current (the default) or STACK=tf2.15)
+  $(error STACK=$(STACK) is not a stack: use STACK=current (the default), STACK=tf2.15 or STACK=tpu)
 endif
 LOCK := requirements/$(STACK).lock
 PY := $(VENV)/bin/python
@@ -21,7 +26,9 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 
 install: $(VENV)/.installed
 
-# A venv of another Python version (an older checkout's .venv) is made anew.
+# A venv of another Python version (an older checkout's .venv) is made anew. The tpu stack's venv
+# gets a start-up file that keeps libtpu off the cloud metadata server on hosts without a TPU, for
+# programs that import TensorFlow before estimator_tpu too (estimator_tpu/libtpu_guard.py).
 $(VENV)/.installed: $(LOCK) pyproject.toml
 	@python=$${PYTHON:-$$(scripts/find_python.sh $(PYTHON_VERSION))} || exit 1; \
 	if ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(PYTHON_VERSION))))' 2>/dev/null; then \
@@ -29,6 +36,7 @@ $(VENV)/.installed: $(LOCK) pyproject.toml
 	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(LOCK)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(if $(filter tpu,$(STACK)),$(PY) -c 'from estimator_tpu import libtpu_guard; libtpu_guard.write_startup_file()')
 	scripts/pip_check.sh $(PY)
 	touch $@
 

@@ -18,15 +18,22 @@ was imported first: on TF >= 2.16 `tf.keras` means Keras 2 (tf-keras), which
 TensorFlow reads when `tf.keras` is first used, and the four TF-internal
 modules the estimator imports are served by estimator_tpu.tf_standins where
 TensorFlow lacks them. If TensorFlow is imported after it, TensorFlow's C++
-start-up lines stay off stderr (estimator_tpu.tf_startup). None of these
-imports TensorFlow.
+start-up lines stay off stderr (estimator_tpu.tf_startup), and on a host with
+no TPU attached the TPU build of TensorFlow asks no cloud metadata server for
+one (estimator_tpu.libtpu_guard). None of these imports TensorFlow.
 """
 
 import importlib
 import importlib.util
 import os
 
-# Only where tf-keras is installed (the current stack; TF 2.15's Keras is Keras 2
+# First: on a host with no TPU, the TPU build's libtpu must not ask a cloud
+# metadata server for one when TensorFlow loads (estimator_tpu.libtpu_guard).
+from estimator_tpu import libtpu_guard
+
+libtpu_guard.apply()
+
+# Only where tf-keras is installed (the current and tpu stacks; TF 2.15's Keras is Keras 2
 # already and would fail to find tf_keras). An explicit TF_USE_LEGACY_KERAS=0 is kept.
 if importlib.util.find_spec("tf_keras") is not None:
   os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

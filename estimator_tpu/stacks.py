@@ -1,12 +1,13 @@
-"""The one way to reach TensorFlow's estimator API and Keras 2, on either stack.
+"""The one way to reach TensorFlow's estimator API and Keras 2, on every stack.
 
     tf2.15   TensorFlow 2.15 with tensorflow-estimator 2.15 and Keras 2.15
     current  TensorFlow >= 2.16 with tf-estimator-nightly and tf-keras
+    tpu      the same on TensorFlow's TPU build (tensorflow-tpu 2.20 with libtpu)
 
 `estimator` is the TF 1 estimator namespace (what `tf.compat.v1.estimator` was
 on TF 2.15: Estimator, RunConfig, ModeKeys, export, tpu.TPUEstimator, ...),
-taken from the `tensorflow_estimator` package on both stacks because TF 2.16
-dropped `tf.estimator`. `keras` is Keras 2 on both stacks. The package's
+taken from the `tensorflow_estimator` package on every stack because TF 2.16
+dropped `tf.estimator`. `keras` is Keras 2 on every stack. The package's
 `__init__` has already made the removed TF modules the estimator imports
 available (estimator_tpu.tf_standins) and routed `tf.keras` to Keras 2.
 """
@@ -17,14 +18,28 @@ import re
 import tensorflow as tf
 import tensorflow_estimator
 
+from estimator_tpu import libtpu_guard
+
 TF_VERSION = tuple(int(part) for part in tf.__version__.split(".")[:2])
-NAME = "current" if TF_VERSION >= (2, 16) else "tf2.15"
+# From TF 2.16 on, Keras 2 is the tf-keras package and the estimator tf-estimator-nightly.
+KERAS_2_IS_TF_KERAS = TF_VERSION >= (2, 16)
+if not KERAS_2_IS_TF_KERAS:
+  NAME = "tf2.15"
+elif libtpu_guard.is_tpu_build():
+  NAME = "tpu"
+else:
+  NAME = "current"
+
+# TensorFlow's TPU build has no XLA backend for the host's CPU: jit_compile and
+# xla.compile fail there ("could not find registered transfer manager for
+# platform Host"), on a TPU VM's host as on any other; it compiles for the TPU.
+HOST_XLA = NAME != "tpu"
 
 estimator = tensorflow_estimator.estimator
 tpu = estimator.tpu
 ModeKeys = estimator.ModeKeys
 
-if NAME == "current":
+if KERAS_2_IS_TF_KERAS:
   import tf_keras as keras
 else:
   keras = tf.keras
@@ -35,6 +50,7 @@ else:
 # tf-keras-nightly, tensorflow, tensorflow-cpu, tensorflow-tpu and tf-nightly).
 _PACKAGES = {
     "current": ("tensorflow", "tensorflow_estimator", "tf_keras"),
+    "tpu": ("tensorflow", "tensorflow_estimator", "tf_keras", "libtpu"),
     "tf2.15": ("tensorflow", "tensorflow_estimator", "keras"),
 }
 

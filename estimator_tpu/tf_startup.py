@@ -23,6 +23,12 @@ is written to stderr as it came. Nothing is captured afterwards: C++ messages
 that come later print as TF_CPP_MIN_LOG_LEVEL says. oneDNN stays as TensorFlow
 chose it. ESTIMATOR_TPU_TF_STARTUP_LOGS=1 shows the start-up lines again.
 
+The tpu stack's TensorFlow (2.20), with libtpu left unloaded on a host
+without a TPU (estimator_tpu.libtpu_guard), looks for a TPU platform the
+first time it lists devices, logging five tries a second apart, and logs an
+MLIR line at its first graph run whatever TF_CPP_MIN_LOG_LEVEL says; the
+import does both inside the capture, so those lines and that wait come with it.
+
 TF 2.15 logs one more such line, through a copy of absl inside
 libtensorflow_cc that nothing outside can configure, at the first XLA
 compile of a process ("Compiled cluster using XLA!  This line is logged at
@@ -39,6 +45,8 @@ import re
 import sys
 import tempfile
 import threading
+
+from estimator_tpu import libtpu_guard
 
 SHOW_ENV = "ESTIMATOR_TPU_TF_STARTUP_LOGS"
 PACKAGE = "tensorflow"
@@ -147,11 +155,28 @@ class _QuietLoader(importlib.abc.Loader):
     try:
       with captured():
         self._loader.exec_module(module)
+        if module.__name__ == PACKAGE and libtpu_guard.runs_without_tpu():
+          _settle_tpu_build(module)
     finally:
       # The module keeps its real loader (importlib.resources and friends ask it).
       module.__loader__ = self._loader
       if getattr(module, "__spec__", None) is not None:
         module.__spec__.loader = self._loader
+
+
+def _settle_tpu_build(tf):
+  """The TPU build with libtpu unloaded: what it logs once per process, logged inside the capture.
+
+  Its first device listing looks for a TPU platform for 4 s and logs each
+  try; its first graph run logs "MLIR V1 optimization pass is not enabled"
+  through absl before absl::InitializeLog, whatever TF_CPP_MIN_LOG_LEVEL says.
+  The graph run is a one-op graph and session of its own (no eager context).
+  """
+  tf.config.list_physical_devices()
+  with tf.Graph().as_default() as graph:
+    one = tf.constant(1.0) + 1.0
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(one)
 
 
 def _watched(fullname, spec):

@@ -2,11 +2,13 @@
 
 import importlib
 import importlib.util
+import os
 import subprocess
 import sys
 
 import pytest
 
+from estimator_tpu import libtpu_guard
 from estimator_tpu import stacks
 from estimator_tpu.compat import _lazy
 from estimator_tpu.compat import registry
@@ -165,9 +167,12 @@ def test_module_paths_need_the_compat_import_and_nothing_else():
           "import estimator_tpu.compat\n"
           "from tensorflow.contrib.tpu.python.tpu import async_checkpoint\n"
           "print(async_checkpoint.AsyncCheckpointSaverHook.__module__)\n")
+  # A bare environment, but for libtpu's switches: this program imports TensorFlow before
+  # estimator_tpu, and the tpu stack's TensorFlow must not ask a metadata server for a TPU.
+  switches = {name: os.environ[name] for name in libtpu_guard.VARIABLES if name in os.environ}
   done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "1",
-                             "PATH": "/usr/bin"})
+                                         "PATH": "/usr/bin", **switches})
   assert done.stdout.split() == ["no", "contrib", "estimator_tpu.compat.checkpoint_hooks"]
 
 

@@ -1,4 +1,4 @@
-"""A SavedModel exported on this stack predicts the same on the other (TF Serving version skew)."""
+"""A SavedModel exported on this stack predicts the same on another (TF Serving version skew)."""
 
 import csv
 import os
@@ -11,9 +11,11 @@ import pytest
 from estimator_tpu import stacks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The venv `make install STACK=...` builds for each stack; .ci/run builds both before testing.
-VENVS = {"current": ".venv", "tf2.15": ".venv-tf2.15"}
-OTHER = "tf2.15" if stacks.NAME == "current" else "current"
+# The venv `make install STACK=...` builds for each stack; .ci/run builds them before testing.
+VENVS = {"current": ".venv", "tf2.15": ".venv-tf2.15", "tpu": ".venv-tpu"}
+# current and tf2.15 serve each other's exports (TF 2.21 <-> 2.15); the tpu stack's export (TF 2.20,
+# trained where a TPU VM trains) is served by the current stack, as a TF Serving of today would.
+OTHER = {"current": "tf2.15", "tf2.15": "current", "tpu": "current"}[stacks.NAME]
 OTHER_PYTHON = os.path.join(REPO, VENVS[OTHER], "bin", "python")
 OTHER_READY = os.path.exists(os.path.join(REPO, VENVS[OTHER], ".installed"))
 

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_tpu import flags as flags_lib
+from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.tpu import findings as findings_lib
 from estimator_tpu.tpu import preflight
@@ -20,6 +21,10 @@ from estimator_tpu.training import model_fn as model_fn_lib
 import train
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# These compile one core's step with XLA on the CPU, which the tpu stack's TensorFlow lacks; there
+# the preflight says so (test_the_step_check_needs_xla_for_the_cpu).
+needs_host_xla = pytest.mark.skipif(not stacks.HOST_XLA,
+                                    reason="the TPU build of TensorFlow has no XLA for the CPU")
 
 
 def _run(digits_dir, model_dir, *extra):
@@ -36,6 +41,23 @@ def _lines(text, status):
   return [line for line in text.splitlines() if line.startswith(status + "  ")]
 
 
+def test_the_step_check_needs_xla_for_the_cpu(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--use_tpu", "--model=tiny", "--train_batch_size=64",
+                "--eval_batch_size=64")
+  out = capsys.readouterr().out
+  steps = [line for line in out.splitlines() if "one core's" in line]
+  if stacks.HOST_XLA:
+    assert status == 0, out
+    assert len(steps) == 2 and all(line.startswith("PASS") for line in steps), out
+  else:
+    assert status == 1, out
+    assert len(steps) == 2 and all(line.startswith("FAIL") for line in steps), out
+    assert all("has no XLA for the CPU; run --preflight on the current stack" in line
+               for line in steps), out
+    assert any("CrossShardOptimizer" in line for line in _lines(out, "PASS")), out
+
+
+@needs_host_xla
 def test_default_model_passes_on_digits_with_per_core_batch_8(digits_dir, tmp_path):
   model_dir = tmp_path / "model"
   result = subprocess.run(
@@ -59,6 +81,7 @@ def test_default_model_passes_on_digits_with_per_core_batch_8(digits_dir, tmp_pa
   assert not model_dir.exists()  # a check, not a run: nothing written
 
 
+@needs_host_xla
 def test_random_rotation_in_the_model_fails_naming_the_op(digits_dir, tmp_path, capsys):
   status = _run(digits_dir, tmp_path, "--train_batch_size=64", "--eval_batch_size=64",
                 "--model_fn=preflight_models:rotating_model_fn")
@@ -71,6 +94,7 @@ def test_random_rotation_in_the_model_fails_naming_the_op(digits_dir, tmp_path, 
   assert out.splitlines()[-1].startswith("preflight: FAIL")
 
 
+@needs_host_xla
 def test_batch_that_does_not_divide_by_the_cores_is_a_fail_line(digits_dir, tmp_path, capsys):
   # With --use_tpu the config check alone would stop here; preflight reports instead.
   status = _run(digits_dir, tmp_path, "--use_tpu", "--model=tiny", "--train_batch_size=100",
@@ -138,6 +162,7 @@ def test_unsupported_op_message_is_parsed_into_op_type_and_scope():
   assert (op.op_type, op.scope) == ("ImageProjectiveTransformV3", "net/rotate/transform")
 
 
+@needs_host_xla
 def test_pod_of_four_hosts_checks_every_host_is_fed_and_eval_is_exact(digits_dir, tmp_path,
                                                                       capsys):
   # The fixture has 2 train shards: fewer than the 4 hosts, so hosts shard by record.
@@ -162,6 +187,7 @@ def test_pod_cores_must_fill_whole_hosts(digits_dir, tmp_path, capsys):
   assert "--num_cores=12 must be a whole number of hosts of --cores_per_host=8" in failure
 
 
+@needs_host_xla
 def test_an_op_only_the_eval_step_builds_fails_naming_eval(digits_dir, tmp_path, capsys):
   status = _run(digits_dir, tmp_path, "--train_batch_size=64", "--eval_batch_size=64",
                 "--model_fn=preflight_models:eval_rotating_model_fn")
@@ -173,6 +199,7 @@ def test_an_op_only_the_eval_step_builds_fails_naming_eval(digits_dir, tmp_path,
   assert "'eval_rotation/transform'" in failure
 
 
+@needs_host_xla
 def test_summary_ops_in_the_model_fn_warn_with_the_host_call_way(digits_dir, tmp_path, capsys):
   status = _run(digits_dir, tmp_path, "--train_batch_size=64", "--eval_batch_size=64",
                 "--model_fn=preflight_models:summary_model_fn")

@@ -1,4 +1,4 @@
-"""Both stacks: the estimator API, Keras 2 in either import order, and the TF stand-ins."""
+"""Every stack: the estimator API, Keras 2 in either import order, and the TF stand-ins."""
 
 import importlib.metadata
 import json
@@ -53,13 +53,38 @@ def test_tf_keras_is_keras_2_whichever_is_imported_first(first):
   assert seen["version"].startswith("2."), seen
   assert seen["same_as_ours"], seen
   assert seen["v1_layer_shape"] == [None, 2]
-  assert seen["package"] == ("tf_keras" if stacks.NAME == "current" else "keras")
+  assert seen["package"] == ("tf_keras" if stacks.KERAS_2_IS_TF_KERAS else "keras")
 
 
-def test_stack_name_follows_the_tensorflow_version():
+def _installed(distribution):
+  wanted = distribution.replace("_", "-")
+  return any((d.metadata["Name"] or "").lower().replace("_", "-") == wanted
+             for d in importlib.metadata.distributions())
+
+
+def test_stack_name_follows_the_tensorflow_version_and_build():
   major_minor = tuple(int(p) for p in tf.__version__.split(".")[:2])
-  assert stacks.NAME == ("current" if major_minor >= (2, 16) else "tf2.15")
+  if major_minor < (2, 16):
+    expected = "tf2.15"
+  else:
+    expected = "tpu" if _installed("tensorflow-tpu") else "current"
+  assert stacks.NAME == expected
+  assert stacks.KERAS_2_IS_TF_KERAS == (major_minor >= (2, 16))
   assert stacks.describe().startswith(f"stack {stacks.NAME}: TensorFlow {tf.__version__}")
+  # The TPU build is the one whose name is not `tensorflow`: describe() names it and its libtpu.
+  if stacks.NAME == "tpu":
+    assert not _installed("tensorflow")
+    assert f"tensorflow-tpu {tf.__version__}" in stacks.describe()
+    assert f"libtpu {importlib.metadata.version('libtpu')}" in stacks.describe()
+
+
+def test_host_xla_is_missing_only_from_the_tpu_build():
+  compiled = tf.function(lambda x: x * 2.0, jit_compile=True)
+  if stacks.HOST_XLA:
+    assert float(compiled(tf.constant(3.0))) == 6.0
+  else:
+    with pytest.raises(tf.errors.NotFoundError, match="transfer manager for platform Host"):
+      compiled(tf.constant(3.0))
 
 
 def test_one_estimator_namespace_with_the_tpu_classes():
@@ -80,7 +105,7 @@ def test_compat_tf_offers_tf_estimator_on_both_stacks():
 def test_standins_serve_only_what_tensorflow_lacks():
   from tensorflow.python.eager import profiler  # the one the estimator does not import
   served = tf_standins.active()
-  if stacks.NAME == "current":
+  if stacks.KERAS_2_IS_TF_KERAS:
     assert served == sorted(tf_standins.STANDINS)
   else:
     assert served == []
@@ -164,7 +189,7 @@ def test_run_config_with_a_cluster_and_a_strategy_runs_the_coordinator(monkeypat
 
 
 def test_the_package_metadata_names_this_stacks_estimator():
-  wanted = "tf-estimator-nightly" if stacks.NAME == "current" else "tensorflow-estimator"
+  wanted = "tf-estimator-nightly" if stacks.KERAS_2_IS_TF_KERAS else "tensorflow-estimator"
   assert importlib.metadata.version(wanted)
 
 

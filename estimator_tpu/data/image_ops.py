@@ -18,6 +18,8 @@ decodes trade exact pixels for speed within documented tolerances
 
 import tensorflow as tf
 
+from estimator_tpu import stacks
+
 # ImageNet channel statistics on the 0..255 scale (tensorflow/tpu's values).
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -367,8 +369,9 @@ def apply_augmentation(images, augmentation, hwcn=False):
   return tf.where(flip, tf.reverse(images, width_axis), images)
 
 
-# XLA fuses the pixel work into one pass over the batch on the host.
-_apply_augmentation_compiled = tf.function(apply_augmentation, jit_compile=True)
+# XLA fuses the pixel work into one pass over the batch on the host (where the
+# stack's TensorFlow has XLA for the host: not the tpu stack's, see stacks.HOST_XLA).
+_apply_augmentation_compiled = tf.function(apply_augmentation, jit_compile=stacks.HOST_XLA)
 
 
 def augment_batch(images, random_flip=True, seed=None, key=None):

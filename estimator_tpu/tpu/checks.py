@@ -4,7 +4,9 @@ Nothing here needs a TPU. The training step is compiled by XLA's CPU backend,
 whose supported operations are nearly those of the TPU compiler, and the
 TPU graph is built (never run) against a stand-in TPU system. For
 --engine=distribute the engine's own TRAIN and EVAL functions are compiled,
-as one replica of a TPUStrategy runs them.
+as one replica of a TPUStrategy runs them. The tpu stack's TensorFlow has no
+XLA for the CPU: there the step is built, not compiled, and its finding says
+to run the preflight on the current stack.
 """
 
 import contextlib
@@ -30,6 +32,9 @@ from estimator_tpu.training import strategy_estimator
 
 ModeKeys = stacks.ModeKeys
 XLA_COMPILE_ATTR = "_xla_compile_id"
+NO_HOST_XLA = ("this stack's TensorFlow, the TPU build (tensorflow-tpu), has no XLA for the CPU; "
+               "run --preflight on the current stack (make install, then .venv/bin/python "
+               "train.py --preflight with the same flags)")
 PY_FUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 # Ops that may touch strings without putting a string tensor on the TPU.
 STRING_OK_OPS = ("Const", "Assert", "NoOp")
@@ -222,6 +227,9 @@ def compile_train_step(model_fn, input_fn, params, mode=ModeKeys.TRAIN):
     result.ops = [op for op in graph.get_operations() if XLA_COMPILE_ATTR in op.node_def.attr]
     result.cross_replica_sums = len(sums)
     result.summaries = list(summaries)
+    if not stacks.HOST_XLA:
+      result.error = NO_HOST_XLA
+      return result
     with tf.compat.v1.Session(graph=graph) as session:
       try:
         session.run([tf.compat.v1.global_variables_initializer(),
@@ -258,9 +266,11 @@ def compile_engine_steps(model_fn, input_fns, params, batch_sizes):
         device_augmentation.with_device_augmentation(model_fn), dict(params, model_dir=model_dir),
         tf.distribute.OneDeviceStrategy("/cpu:0"), model_dir,
         batch_sizes[ModeKeys.TRAIN], batch_sizes.get(ModeKeys.EVAL, batch_sizes[ModeKeys.TRAIN]),
-        use_tpu=True, iterations_per_loop=1, jit_compile=True)
+        use_tpu=True, iterations_per_loop=1, jit_compile=stacks.HOST_XLA)
     for mode, input_fn in input_fns:
       steps[mode] = _engine_step(engine, input_fn, mode)
+      if not stacks.HOST_XLA and not steps[mode].error:
+        steps[mode].error = NO_HOST_XLA  # built and run, not compiled
   return steps
 
 

@@ -168,6 +168,10 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
         f"--engine=distribute with --strategy={r.strategy} needs TensorFlow 2.16 or later "
         f"(this is {stacks.NAME}: its TF 1 optimizers lose their slots across replicas); use "
         "--engine=estimator here, or the current stack")
+  if r.jit_compile and not r.use_tpu and not stacks.HOST_XLA:
+    raise config_lib.ConfigError(
+        f"--jit_compile needs XLA for the host, which this stack's TensorFlow ({stacks.NAME}: "
+        "the TPU build) lacks; leave it out here, or use the current stack")
   strategy = make_strategy(config, resolver_fn)
   replicas = strategy.num_replicas_in_sync
   if replicas > 1:
