@@ -57,5 +57,5 @@ CALLS = []
 def recording_model_fn(features, labels, mode, params):
   """Our model_fn, noting what each call was given in CALLS."""
   CALLS.append((mode, params["batch_size"], params["use_tpu"],
-                features["image"].shape[0], params["model_dir"]))
+                tf.compat.dimension_value(features["image"].shape[0]), params["model_dir"]))
   return model_fn_lib.model_fn(features, labels, mode, params)

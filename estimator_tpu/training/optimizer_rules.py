@@ -21,6 +21,7 @@ both kinds of optimizer give the mean of the replicas' gradients, once:
 """
 
 import contextlib
+import threading
 
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_utils
@@ -42,16 +43,31 @@ def _apply_gradients(self, grads_and_vars, global_step=None, name=None):
   return self._opt.apply_gradients(grads_and_vars, global_step, name)  # pylint: disable=protected-access
 
 
+_ORIGINALS = {name: _CrossShard.__dict__[name] for name in ("compute_gradients", "apply_gradients")}
+_lock = threading.Lock()
+_depth = [0]
+
+
 @contextlib.contextmanager
 def applied(strategy):
-  """Within: TF 1 optimizers average the replicas' gradients once under strategy."""
-  saved = {name: _CrossShard.__dict__[name] for name in ("compute_gradients", "apply_gradients")}
-  _CrossShard.compute_gradients = _compute_gradients
-  _CrossShard.apply_gradients = _apply_gradients
+  """Within: TF 1 optimizers average the replicas' gradients once under strategy.
+
+  A MirroredStrategy's replicas trace in threads that enter and leave in any
+  order: CrossShardOptimizer's methods are replaced when the first enters and
+  put back when the last leaves.
+  """
+  with _lock:
+    _depth[0] += 1
+    if _depth[0] == 1:
+      _CrossShard.compute_gradients = _compute_gradients
+      _CrossShard.apply_gradients = _apply_gradients
   try:
     scaling = getattr(strategy, "_scale_loss_for_estimator_enabled", None)
     with scaling() if scaling else contextlib.nullcontext():
       yield
   finally:
-    for name, method in saved.items():
-      setattr(_CrossShard, name, method)
+    with _lock:
+      _depth[0] -= 1
+      if _depth[0] == 0:
+        for name, method in _ORIGINALS.items():
+          setattr(_CrossShard, name, method)

@@ -87,6 +87,11 @@ class _VariableOp:
 
 _BaseVariable = resource_variable_ops.BaseResourceVariable
 _graph_op = _BaseVariable.op
+# TensorFlow's own functions, put back when the last trace in any thread leaves.
+_SET_INITIALIZER = checkpoint_utils._set_checkpoint_initializer  # pylint: disable=protected-access
+_SAVER_BUILD = saver_lib.Saver._build  # pylint: disable=protected-access
+_patch_lock = threading.Lock()
+_patch_depth = [0]
 
 
 def _op_or_name(variable):
@@ -179,34 +184,31 @@ class VariableStore:
     for g, name in saved:
       del g.get_collection_ref(name)[:]
     self._bases.append(graph.get_name_scope())
-    # TF 1 hashed tensors and variables by identity (`set(tf.trainable_variables())`).
-    equality = tf.Tensor._USE_EQUALITY  # pylint: disable=protected-access
-    tf.compat.v1.disable_tensor_equality()
     try:
       with tf.compat.v1.variable_creator_scope(self._creator), self._recording():
         yield
     finally:
-      if equality:
-        tf.compat.v1.enable_tensor_equality()
       self._bases.pop()
       for (g, name), items in saved.items():
         g.get_collection_ref(name)[:] = items
 
   @contextlib.contextmanager
   def _recording(self):
-    """init_from_checkpoint's initializers and Savers built in the trace: recorded, not built."""
-    set_initializer = checkpoint_utils._set_checkpoint_initializer  # pylint: disable=protected-access
-    build = saver_lib.Saver._build  # pylint: disable=protected-access
+    """init_from_checkpoint's initializers and Savers built in the trace: recorded, not built.
+
+    The replicas of a MirroredStrategy trace in threads that enter and leave
+    in any order: TensorFlow's functions are replaced when the first enters
+    and put back when the last leaves.
+    """
+    store = self
 
     def record_initializer(variable, ckpt_file, tensor_name, slice_spec, name=None):
       del name
       if slice_spec:
         raise ValueError(f"init_from_checkpoint of the partitioned variable {tensor_name!r} "
                          "is not supported by --engine=distribute")
-      key = self._name_of(variable)
-      self.checkpoint_initializers[key] = (variable, ckpt_file, tensor_name)
-
-    store = self
+      store.checkpoint_initializers[store._name_of(variable)] = (variable, ckpt_file,
+                                                                 tensor_name)
 
     def record_saver(saver, checkpoint_path, build_save, build_restore):
       del checkpoint_path, build_save, build_restore
@@ -215,15 +217,26 @@ class VariableStore:
         var_list = {store._name_of(v): v for v in (var_list or store.global_variables().values())}
       store.savers.append(dict(var_list))
 
-    checkpoint_utils._set_checkpoint_initializer = record_initializer  # pylint: disable=protected-access
-    saver_lib.Saver._build = record_saver  # pylint: disable=protected-access
-    _BaseVariable.op = property(_op_or_name)
+    with _patch_lock:
+      _patch_depth[0] += 1
+      if _patch_depth[0] == 1:
+        checkpoint_utils._set_checkpoint_initializer = record_initializer  # pylint: disable=protected-access
+        saver_lib.Saver._build = record_saver  # pylint: disable=protected-access
+        _BaseVariable.op = property(_op_or_name)
+        _patch_depth.append(tf.Tensor._USE_EQUALITY)  # pylint: disable=protected-access
+        # TF 1 hashed tensors and variables by identity (`set(tf.trainable_variables())`).
+        tf.compat.v1.disable_tensor_equality()
     try:
       yield
     finally:
-      checkpoint_utils._set_checkpoint_initializer = set_initializer  # pylint: disable=protected-access
-      saver_lib.Saver._build = build  # pylint: disable=protected-access
-      _BaseVariable.op = _graph_op
+      with _patch_lock:
+        _patch_depth[0] -= 1
+        if _patch_depth[0] == 0:
+          checkpoint_utils._set_checkpoint_initializer = _SET_INITIALIZER  # pylint: disable=protected-access
+          saver_lib.Saver._build = _SAVER_BUILD  # pylint: disable=protected-access
+          _BaseVariable.op = _graph_op
+          if _patch_depth.pop():
+            tf.compat.v1.enable_tensor_equality()
 
   def _name_of(self, variable):
     for name, known in self.variables.items():
