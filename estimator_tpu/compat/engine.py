@@ -50,9 +50,11 @@ def _warm_start_path(warm_start_from):
   return warm_start_from.ckpt_to_initialize_from  # WarmStartSettings
 
 
-# The estimator API module TF 1 programs reach TPUEstimator through
-# (tf.estimator.tpu, tf.compat.v1.estimator.tpu, tensorflow.compat.v1.estimator).
-_V1_TPU_API = "tensorflow_estimator._api.v1.estimator.tpu"
+# The estimator API modules TF 1 programs reach TPUEstimator through
+# (tf.estimator.tpu, tf.compat.v1.estimator.tpu, tensorflow.compat.v1.estimator;
+# on TF 2.15 the last is TensorFlow's own API tree, the second name here).
+_V1_TPU_APIS = ("tensorflow_estimator._api.v1.estimator.tpu",
+                "tensorflow_estimator.python.estimator.api._v1.estimator.tpu")
 
 
 def route_estimator_api(environ=os.environ):
@@ -65,7 +67,12 @@ def route_estimator_api(environ=os.environ):
   if chosen_engine(True, environ) != "distribute":
     return False
   import importlib
-  importlib.import_module(_V1_TPU_API).TPUEstimator = TPUEstimator
+  for name in _V1_TPU_APIS:
+    try:
+      module = importlib.import_module(name)
+    except ImportError:  # not in this stack's tensorflow_estimator
+      continue
+    module.TPUEstimator = TPUEstimator
   return True
 
 
