@@ -21,6 +21,7 @@ sys.path.insert(0, TESTS_DIR)  # as a child script too
 
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import summary_scalars
 from conftest import tiny_config
 import tensorflow as tf
 
@@ -70,13 +71,7 @@ def _build(model_dir, engine, model_fn=model_fn_lib.model_fn, **runtime):
 
 def _host_call_losses(model_dir):
   """{step: train/loss} from the host_call event files in model_dir."""
-  losses = {}
-  for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*.v2")):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.tag == "train/loss":
-          losses[event.step] = float(tf.make_ndarray(value.tensor))
-  return losses
+  return summary_scalars(model_dir, "train/loss")
 
 
 def _variables(model_dir):
