@@ -57,6 +57,21 @@ def test_the_step_check_needs_xla_for_the_cpu(digits_dir, tmp_path, capsys):
     assert any("CrossShardOptimizer" in line for line in _lines(out, "PASS")), out
 
 
+def test_the_engine_step_check_needs_xla_for_the_cpu(digits_dir, tmp_path, capsys):
+  status = _run(digits_dir, tmp_path, "--use_tpu", "--engine=distribute", "--model=tiny",
+                "--train_batch_size=64", "--eval_batch_size=64")
+  out = capsys.readouterr().out
+  steps = [line for line in out.splitlines() if "distribute engine" in line and
+           ("training step" in line or "evaluation step" in line)]
+  assert len(steps) == 2, out
+  if stacks.HOST_XLA:
+    assert status == 0 and all(line.startswith("PASS") for line in steps), out
+  else:
+    assert status == 1 and all(line.startswith("FAIL") for line in steps), out
+    assert all("has no XLA for the CPU; run --preflight on the current stack" in line
+               for line in steps), out
+
+
 @needs_host_xla
 def test_default_model_passes_on_digits_with_per_core_batch_8(digits_dir, tmp_path):
   model_dir = tmp_path / "model"
@@ -122,7 +137,7 @@ def test_input_fn_without_drop_remainder_fails_naming_the_dynamic_dimension(digi
   assert any("labels has shape [None], dimension 0" in m for m in failures), failures
 
 
-@pytest.mark.parametrize("engine", ["estimator", "distribute"])
+@pytest.mark.parametrize("engine", ["estimator", pytest.param("distribute", marks=needs_host_xla)])
 def test_python_callbacks_and_string_ops_in_the_model_are_errors(digits_dir, tmp_path, engine):
   config = tiny_config(tmp_path, train_batch_size=64, eval_batch_size=64).replace(
       "runtime", engine=engine)
@@ -228,6 +243,7 @@ def test_graph_execution_errors_are_reported_by_their_cause():
   assert checks.first_line("just one line") == "just one line"
 
 
+@needs_host_xla
 def test_distribute_engine_compiles_its_own_steps_for_one_replica(digits_dir, tmp_path, capsys):
   model_dir = tmp_path / "model"
   preflight_models.CALLS.clear()
@@ -252,6 +268,7 @@ def test_distribute_engine_compiles_its_own_steps_for_one_replica(digits_dir, tm
   assert not model_dir.exists()  # nothing written to --model_dir
 
 
+@needs_host_xla
 def test_distribute_engine_names_the_op_xla_refuses(digits_dir, tmp_path, capsys):
   status = _run(digits_dir, tmp_path, "--engine=distribute", "--model=tiny",
                 "--train_batch_size=64", "--eval_batch_size=64",

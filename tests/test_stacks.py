@@ -111,8 +111,10 @@ def test_standins_serve_only_what_tensorflow_lacks():
     assert served == []
     from tensorflow.python.tpu import session_support as real
     assert real.__name__ == "tensorflow.python.tpu.session_support"
+  # TF 2.21 dropped it, and so did TF 2.20's TPU build.
   assert profiler.__name__ == ("estimator_tpu.tf_standins.eager_profiler"
-                               if stacks.NAME == "current" else "tensorflow.python.eager.profiler")
+                               if stacks.NAME in ("current", "tpu")
+                               else "tensorflow.python.eager.profiler")
 
 
 def test_standin_finder_is_installed_once_after_the_real_modules_finder():
@@ -218,11 +220,14 @@ def test_describe_names_the_distributions_installed_whatever_they_are_called(mon
   monkeypatch.setattr(stacks.metadata, "version", versions.__getitem__)
   line = stacks.describe()
   assert "tf-nightly 2.23.0.dev20261026, tf-estimator-nightly 2.16.0.dev1" in line
-  assert ("tf-keras-nightly 2.23.0.dev2" if stacks.NAME == "current" else
+  assert ("tf-keras-nightly 2.23.0.dev2" if stacks.KERAS_2_IS_TF_KERAS else
           "keras-nightly 3.13.0.dev3") in line
 
 
 def test_describe_names_this_stacks_real_distributions():
   line = stacks.describe()
-  expected = {"current": "tf-keras 2.21.0", "tf2.15": "tensorflow-estimator 2.15.0"}
-  assert expected[stacks.NAME] in line
+  expected = {"current": ["tf-keras 2.21.0", "tensorflow-cpu 2.21.0"],
+              "tf2.15": ["tensorflow-estimator 2.15.0"],
+              "tpu": ["tensorflow-tpu 2.20.0", "tf-keras 2.20.1", "libtpu 0.0.20"]}
+  for name in expected[stacks.NAME]:
+    assert name in line, line
