@@ -120,7 +120,6 @@ class DistributeEstimator:
     seed: the global random seed (RunConfig's tf_random_seed), or None.
     warm_start_from: a checkpoint whose trainable variables start a new run.
     export_estimator_fn: () -> the estimator that exports the SavedModel.
-    summary_every_n_steps: unused by the engine itself (the host_call decides).
     run_config: what a model_fn with a `config` argument gets.
     keep_checkpoint_max: checkpoints kept.
     save_checkpoints_secs: also checkpoint when this long has passed since the
@@ -131,7 +130,7 @@ class DistributeEstimator:
                eval_batch_size, predict_batch_size=None, use_tpu=False,
                iterations_per_loop=100, save_checkpoints_steps=100, jit_compile=False,
                seed=None, warm_start_from=None, export_estimator_fn=None,
-               summary_every_n_steps=100, run_config=None,
+               run_config=None,
                keep_checkpoint_max=KEEP_CHECKPOINTS, save_checkpoints_secs=None):
     self._model_fn = model_fn
     self.params = dict(params)
@@ -146,11 +145,13 @@ class DistributeEstimator:
     self._seed = seed
     self._warm_start_from = warm_start_from
     self._export_estimator_fn = export_estimator_fn
-    self._summary_every_n = max(1, summary_every_n_steps)
+    self._writers = {}  # summary writers of the engine's own summaries, by directory
+    self._kept_writers = []  # writers a traced host_call made (see _keeping_writers)
+    self._metric_fn = None  # the eval_metrics' metric_fn, from the EVAL trace
     self.config = run_config
     self._keep = keep_checkpoint_max
     self._save_secs = save_checkpoints_secs
-    self._store = tf1_variables.VariableStore(strategy)
+    self._store = tf1_variables.VariableStore()
     self._functions = {}
     # The graph each mode's replica step was last traced in (its model_fn ops).
     self.step_graphs = {}
@@ -204,7 +205,7 @@ class DistributeEstimator:
     outside it, and the writer's resource goes when the Python object does:
     the engine keeps each one, as the estimator's graph kept its writers.
     """
-    kept = self.__dict__.setdefault("_kept_writers", [])
+    kept = self._kept_writers
     # tf.summary's writer and tf.contrib.summary's (TF 1.15's) one.
     classes = [getattr(summary_ops_v2, name) for name in
                ("_ResourceSummaryWriter", "_LegacyResourceSummaryWriter")
@@ -469,10 +470,9 @@ class DistributeEstimator:
     writer.flush()
 
   def _summary_writer(self, directory):
-    writers = self.__dict__.setdefault("_writers", {})
-    if directory not in writers:
-      writers[directory] = tf.summary.create_file_writer(directory)
-    return writers[directory]
+    if directory not in self._writers:
+      self._writers[directory] = tf.summary.create_file_writer(directory)
+    return self._writers[directory]
 
   # Evaluation.
 
@@ -495,7 +495,7 @@ class DistributeEstimator:
         loss, tensors = self.strategy.run(self._replica_fn(replica), args=(features, labels))
       loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       tensors = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
-      self.__dict__["_metric_fn"] = results["metric_fn"]
+      self._metric_fn = results["metric_fn"]
       return loss, tensors
 
     return self._function("eval", eval_step)
@@ -524,7 +524,7 @@ class DistributeEstimator:
         break
       # The metric_fn runs on the host, outside the strategy, as TPUEstimator's does.
       if metrics is None:
-        metrics = _HostMetrics(self.__dict__.get("_metric_fn"), tensors)
+        metrics = _HostMetrics(self._metric_fn, tensors)
       metrics.update(tensors)
       losses.append(float(loss))
       runner.after_run(step)

@@ -153,7 +153,7 @@ class _Trace:
 
 
 class VariableStore:
-  """The variables of one model, made once under `strategy` and found by name.
+  """The variables of one model, made once (in the strategy scope the engine holds), by name.
 
   Attributes:
     variables: {estimator name: variable}, in the order they were made.
@@ -161,8 +161,7 @@ class VariableStore:
       never checkpointed, as the estimator's Saver leaves them out.
   """
 
-  def __init__(self, strategy):
-    self._strategy = strategy
+  def __init__(self):
     self.variables = {}
     self.local_names = set()
     self.checkpoint_initializers = {}  # variable name -> (variable, checkpoint file, tensor name)
@@ -215,7 +214,10 @@ class VariableStore:
       var_list = saver._var_list  # pylint: disable=protected-access
       if not isinstance(var_list, dict):
         var_list = {store._name_of(v): v for v in (var_list or store.global_variables().values())}
-      store.savers.append(dict(var_list))
+      # One per Saver, however often it is traced (by names and variables' identity).
+      seen = {tuple(sorted((n, id(v)) for n, v in known.items())) for known in store.savers}
+      if tuple(sorted((n, id(v)) for n, v in var_list.items())) not in seen:
+        store.savers.append(dict(var_list))
 
     with _patch_lock:
       _patch_depth[0] += 1

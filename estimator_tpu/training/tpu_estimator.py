@@ -183,7 +183,6 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
       use_tpu=r.use_tpu, iterations_per_loop=r.iterations_per_loop,
       save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
       jit_compile=r.jit_compile, seed=t.seed or None, warm_start_from=t.warm_start_from or None,
-      summary_every_n_steps=t.summary_every_n_steps,
       export_estimator_fn=lambda: build_estimator(
           export_config, params.get("class_names"), model_fn=export_model_fn or model_fn))
 
