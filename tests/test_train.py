@@ -231,7 +231,34 @@ def test_train_mode_makes_one_train_call_to_train_steps(tmp_path):
       calls.append(max_steps)
 
   config = tiny_config(tmp_path, train_steps=10, steps_per_eval=3)
-  inputs = loop.Inputs(train_input_fn=None, eval_input_fn=None, eval_steps=0,
+  inputs = loop.Inputs(train_input_fn_at=lambda step: None, eval_input_fn=None, eval_steps=0,
                        num_eval_examples=0)
   loop.train_and_evaluate(RecordingEstimator(), config, inputs, evaluate_each=False)
   assert calls == [10]  # not 3, 6, 9, 10: one graph, one TPU compilation
+
+
+def _first_labels(input_fn):
+  return next(iter(input_fn({"batch_size": 16, "image_size": IMAGE_SIZE})))[1].numpy().tolist()
+
+
+def test_each_cycle_of_a_seeded_run_reads_its_own_batches(tmp_path, digits_dir):
+  config = tiny_config(tmp_path, train_steps=9, steps_per_eval=3, seed=7,
+                       deterministic=True).replace("data", data_dir=str(digits_dir)).validate()
+  config, info = assemble.resolve_data(config, need_train=True, need_eval=True)
+  inputs = loop.make_inputs(config, info)
+  firsts = {step: _first_labels(inputs.train_input_fn_at(step)) for step in (0, 3, 6)}
+  assert len({tuple(labels) for labels in firsts.values()}) == 3  # not one cycle replayed
+  assert _first_labels(inputs.train_input_fn_at(3)) == firsts[3]  # a resume there: the same
+  assert _first_labels(inputs.train_input_fn) == firsts[0]
+
+  started = []
+
+  class RecordingEstimator:
+    def train(self, input_fn, max_steps, hooks=None, saving_listeners=None):
+      started.append((_first_labels(input_fn), max_steps))
+
+    def evaluate(self, input_fn, steps, checkpoint_path=None, hooks=None):
+      return {"global_step": started[-1][1], "accuracy": 0.5, "loss": 1.0}
+
+  loop.train_and_evaluate(RecordingEstimator(), config, inputs, evaluate_each=True)
+  assert started == [(firsts[0], 3), (firsts[3], 6), (firsts[6], 9)]

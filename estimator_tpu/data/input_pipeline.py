@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import tensorflow as tf
 
 from estimator_tpu import tf_startup
@@ -20,6 +21,21 @@ AUGMENTATION_STREAM = 1
 def eval_steps(num_examples, global_batch_size):
   """Evaluation steps that cover num_examples once, the last batch padded."""
   return max(1, math.ceil(num_examples / global_batch_size))
+
+
+def cycle_seed(seed, step):
+  """The input seed of a training cycle that starts at global step `step`.
+
+  Each train() call builds its input pipeline anew, so one seed for every
+  call would replay the same files, shuffle and crops in every cycle of
+  --steps_per_eval steps: on a large set, training would only ever see the
+  first cycle's images. The seed of a cycle is the run's seed mixed with the
+  step it starts at (the run's seed itself at step 0), so a run resumed at a
+  cycle's start sees what the uninterrupted run saw. None stays None.
+  """
+  if seed is None or step == 0:
+    return seed
+  return int(np.random.SeedSequence([seed, step]).generate_state(1)[0] >> 1)
 
 
 def transpose_to_hwcn(images):

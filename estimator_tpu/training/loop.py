@@ -44,11 +44,20 @@ def _duration(seconds):
 
 @dataclasses.dataclass
 class Inputs:
-  """The input_fns and sizes of one run."""
-  train_input_fn: object
+  """The input_fns and sizes of one run.
+
+  train_input_fn_at(step) is the training input_fn of the train() call that
+  starts at global step `step` (its seed input_pipeline.cycle_seed's);
+  train_input_fn is the one of step 0 (what preflight checks).
+  """
+  train_input_fn_at: object
   eval_input_fn: object
   eval_steps: int
   num_eval_examples: int
+
+  @property
+  def train_input_fn(self):
+    return self.train_input_fn_at(0)
 
 
 def make_inputs(config, info):
@@ -56,9 +65,12 @@ def make_inputs(config, info):
   d, t = config.data, config.train
   # image_size and transpose_input reach the input_fns through params, as they
   # reach model_fn: one route from the flags.
-  train_fn = input_pipeline.make_input_fn(
-      info.train_pattern, True, cache=d.cache, random_flip=d.random_flip,
-      seed=t.seed or None, deterministic=t.deterministic)
+
+  def train_fn_at(step):
+    return input_pipeline.make_input_fn(
+        info.train_pattern, True, cache=d.cache, random_flip=d.random_flip,
+        seed=input_pipeline.cycle_seed(t.seed or None, step), deterministic=t.deterministic)
+
   eval_fn = None
   steps = 0
   if info.num_eval_examples:
@@ -66,7 +78,7 @@ def make_inputs(config, info):
         info.eval_pattern, False, num_examples=info.num_eval_examples,
         global_batch_size=t.eval_batch_size, cache=d.cache)
     steps = input_pipeline.eval_steps(info.num_eval_examples, t.eval_batch_size)
-  return Inputs(train_fn, eval_fn, steps, info.num_eval_examples)
+  return Inputs(train_fn_at, eval_fn, steps, info.num_eval_examples)
 
 
 def _format_metrics(results):
@@ -204,7 +216,7 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
     # graph (and on a TPU recompiles it). Checkpoints keep their cadence either way.
     target = min(step + t.steps_per_eval, t.train_steps) if evaluating else t.train_steps
     began = time.time()
-    estimator.train(inputs.train_input_fn, max_steps=target, hooks=train_hooks,
+    estimator.train(inputs.train_input_fn_at(step), max_steps=target, hooks=train_hooks,
                     saving_listeners=[watch.listener()])
     stop_if_preempted(watch, r.model_dir)
     seconds = time.time() - began
