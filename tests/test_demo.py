@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from conftest import program_env
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +32,7 @@ OUR_LINES = [
 ]
 
 
+@pytest.mark.slow
 def test_demo_prints_only_its_own_lines_and_serves_what_it_trained(tmp_path):
   demo = tmp_path / "demo"
   done = subprocess.run(

@@ -55,11 +55,12 @@ def _resume_copy(model_dir, to):
   return to
 
 
-@pytest.mark.parametrize("model", [("--model=flowers",),
-                                   ("--model=resnet", "--resnet_depth=18"),
-                                   ("--model=flowers", "--engine=distribute"),
-                                   ("--model=resnet", "--resnet_depth=18", "--engine=distribute")],
-                         ids=["flowers", "resnet18", "flowers-distribute", "resnet18-distribute"])
+@pytest.mark.parametrize("model", [
+    pytest.param(("--model=flowers",), id="flowers"),
+    pytest.param(("--model=resnet", "--resnet_depth=18"), id="resnet18", marks=pytest.mark.slow),
+    pytest.param(("--model=flowers", "--engine=distribute"), id="flowers-distribute"),
+    pytest.param(("--model=resnet", "--resnet_depth=18", "--engine=distribute"),
+                 id="resnet18-distribute", marks=pytest.mark.slow)])
 def test_two_runs_and_two_resumes_of_one_checkpoint_give_identical_losses(
     tmp_path, digits_dir, model):
   command = [*model, "--deterministic", "--steps_per_eval=3"]
@@ -77,6 +78,7 @@ def test_two_runs_and_two_resumes_of_one_checkpoint_give_identical_losses(
   assert saved.train.deterministic and saved.train.seed == 7
 
 
+@pytest.mark.slow
 def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_path, digits_dir):
   deterministic = _train(digits_dir, tmp_path / "seed7", "--deterministic", "--train_steps=2",
                          "--steps_per_eval=2")
@@ -93,9 +95,9 @@ def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_pa
   assert saved.train.deterministic is False and saved.to_params()["deterministic"] is False
 
 
-@pytest.mark.parametrize("model", [("--model=flowers", "--dropout_rate=0"),
-                                   ("--model=resnet", "--resnet_depth=18")],
-                         ids=["flowers", "resnet18"])
+@pytest.mark.parametrize("model", [
+    pytest.param(("--model=flowers", "--dropout_rate=0"), id="flowers"),
+    pytest.param(("--model=resnet", "--resnet_depth=18"), id="resnet18", marks=pytest.mark.slow)])
 def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir, model):
   command = [*model, "--deterministic", "--steps_per_eval=20", "--train_steps=20"]
   estimator = _train(digits_dir, tmp_path / "estimator", *command, "--engine=estimator")
@@ -106,6 +108,7 @@ def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir
     assert distribute[step] == pytest.approx(loss, rel=1e-3), step
 
 
+@pytest.mark.slow
 def test_host_loop_device_augmentation_and_cache_repeat_too(tmp_path, digits_dir):
   command = ["--deterministic", "--host_loop", "--iterations_per_loop=2", "--augment_on=device",
              "--cache", "--train_steps=4", "--steps_per_eval=4"]

@@ -291,6 +291,7 @@ def _child(out_dir, digits_dir):
   return 0
 
 
+@pytest.mark.slow
 def test_mirrored_on_two_cpus_matches_the_estimator_and_reduces_once(digits_dir, tmp_path):
   if stacks.NAME == "tf2.15":  # refused there, with the way out
     with pytest.raises(config_lib.ConfigError, match="needs TensorFlow 2.16 or later.*"
@@ -332,6 +333,7 @@ def _train_py(*args, timeout=240):
                         env=program_env(), capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_train_py_runs_the_engine_then_the_estimator_resumes_it(tmp_path, digits_dir):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
   first = _train_py(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=4",
@@ -358,6 +360,7 @@ def test_train_py_runs_the_engine_then_the_estimator_resumes_it(tmp_path, digits
     assert [json.loads(line)["step"] for line in f] == [2, 4, 6]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_step_in_flight_and_exits_75(tmp_path, digits_dir):
   import signal
   import time

@@ -58,6 +58,7 @@ def _leftovers(directory):
 # --- preemption ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_step_in_flight_exits_75_and_the_same_command_resumes(
     tmp_path, digits_dir):
   model_dir = str(tmp_path / "preempted")
@@ -110,6 +111,7 @@ class _SignalAt(tf.compat.v1.train.SessionRunHook):
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
     tmp_path, digits_dir):
   config, info = assemble.prepare(
@@ -133,6 +135,7 @@ def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
   assert history[0]["num_eval_examples"] == info.num_eval_examples
 
 
+@pytest.mark.slow
 def test_sigterm_under_a_distribution_strategy_saves_the_step_in_flight(tmp_path, digits_dir):
   config, info = assemble.prepare(
       tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000,
@@ -301,6 +304,7 @@ def test_no_restorable_checkpoint_stops_with_a_message_and_moves_nothing(tmp_pat
   assert _files(model_dir) == before
 
 
+@pytest.mark.slow
 def test_eval_mode_and_export_skip_a_damaged_checkpoint_without_moving_it(tmp_path,
                                                                           digits_dir, capsys):
   model_dir = str(tmp_path / "skip")
@@ -321,6 +325,7 @@ def test_eval_mode_and_export_skip_a_damaged_checkpoint_without_moving_it(tmp_pa
   assert os.path.exists(newest + ".index")  # only the trainer sets files aside
 
 
+@pytest.mark.slow
 def test_newest_restorable_finds_checkpoints_when_the_state_file_is_lost(tmp_path,
                                                                          digits_dir):
   model_dir = str(tmp_path / "no_state")
@@ -367,6 +372,7 @@ def _run_program(argv):
                         timeout=300)
 
 
+@pytest.mark.slow
 def test_full_disk_in_training_is_one_line_leaves_nothing_unfinished_and_resumes(
     disk, digits_dir):
   d = disk(50_000_000)
@@ -395,6 +401,7 @@ def test_full_disk_in_training_is_one_line_leaves_nothing_unfinished_and_resumes
   assert loop.current_step(model_dir) == 20
 
 
+@pytest.mark.slow
 def test_full_disk_in_preprocess_keeps_no_manifest_and_names_output_dir(disk, tmp_path):
   images = str(tmp_path / "images")
   subprocess.run([sys.executable, "-m", "estimator_tpu.data.digits", "digits", images,
@@ -413,6 +420,7 @@ def test_full_disk_in_preprocess_keeps_no_manifest_and_names_output_dir(disk, tm
   assert not os.path.exists(output_dir) or os.listdir(output_dir) == []
 
 
+@pytest.mark.slow
 def test_full_disk_in_export_leaves_no_version(disk, trained_model_dir):
   d = disk(50_000_000)
   d.fill(leave_bytes=40_000)

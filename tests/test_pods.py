@@ -71,7 +71,8 @@ def _host_label_sets(pattern, total, hosts, seed=None):
   return [set(np.concatenate(f.labels).tolist()) for f in feeds]
 
 
-@pytest.mark.parametrize("hosts", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("hosts", [1, 2, 3, pytest.param(4, marks=pytest.mark.slow),
+                                   pytest.param(8, marks=pytest.mark.slow)])
 def test_training_feeds_every_host_and_no_record_twice(uneven, three_files, hosts):
   for pattern, total in (uneven, three_files):  # 5 and 3 files: fewer than 8 hosts either way
     seen = _host_label_sets(pattern, total, hosts)

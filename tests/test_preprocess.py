@@ -14,6 +14,9 @@ import tensorflow as tf
 from estimator_tpu.beam import options
 from estimator_tpu.data import schema
 
+# CI runs these end-to-end runs on the default stack only (README, "Tests").
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPROCESS = os.path.join(ROOT, "preprocess.py")
 

@@ -17,6 +17,9 @@ import tensorflow as tf
 from estimator_tpu.beam import dask_cluster as dask_cluster_lib
 from estimator_tpu.data import layout
 
+# CI runs these end-to-end runs on the default stack only (README, "Tests").
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPROCESS = os.path.join(ROOT, "preprocess.py")
 NUM_WORKERS = 2

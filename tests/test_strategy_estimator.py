@@ -118,6 +118,7 @@ def _host_call_losses(model_dir):
   return losses
 
 
+@pytest.mark.slow
 def test_mirrored_on_two_cpus_reaches_the_loss_of_one_device(digits_dir, tmp_path):
   one = _start_child("none", 1, digits_dir, tmp_path / "one")
   two = _start_child("mirrored", 2, digits_dir, tmp_path / "mirrored")
@@ -160,6 +161,7 @@ def _wait_for_file(path, process, timeout=60):
   pytest.fail(f"{path} was not written: {process.communicate()[1][-3000:]}")
 
 
+@pytest.mark.slow
 def test_two_workers_train_one_model_from_tf_config(digits_dir, tmp_path):
   model_dir = str(tmp_path / "model")  # shared by the workers, as a gs:// dir would be
   workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]

@@ -88,6 +88,7 @@ def test_exact_eval_counts_37_with_batch_8_and_matches_numpy(trained_model_dir, 
   assert predictions[0]["class"].decode() == str(predicted[0])
 
 
+@pytest.mark.slow
 def test_rerun_continues_from_the_last_checkpoint(tmp_path, digits_dir, capsys):
   model_dir = str(tmp_path / "m")
   assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=2",
@@ -101,6 +102,7 @@ def test_rerun_continues_from_the_last_checkpoint(tmp_path, digits_dir, capsys):
   assert "step 5/5" in out
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir):
   model_dir = str(tmp_path / "killed")
   command = [sys.executable, "train.py", f"--data_dir={digits_dir}",
@@ -208,6 +210,7 @@ def test_bad_hparams_are_errors(tmp_path, digits_dir, capsys, bad):
   assert "--hparams" in message
 
 
+@pytest.mark.slow
 def test_warm_start_copies_the_weights_of_another_model(tmp_path, trained_model_dir, digits_dir):
   model_dir = str(tmp_path / "warm")
   assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=1",
