@@ -435,6 +435,10 @@ def test_an_export_that_states_no_crop_form_is_served_per_side(old_model, tmp_pa
   assert set(outputs) == {contract.CENTRAL_FRACTION, contract.IMAGE_SIZE}
   assert predict_lib.model_preprocessing(loaded.signatures) == (
       IMAGE_SIZE, CROP, image_ops.PER_SIDE)
+  assert predict_lib.describe_preprocessing(predict_lib.model_preprocessing(
+      loaded.signatures)) == (f"the model keeps the central {CROP:g} of each image side "
+                              f"(--eval_crop, --eval_crop_form=per_side), resized to "
+                              f"{IMAGE_SIZE}x{IMAGE_SIZE} px")
   fake = fake_serving.FakeServing(version)
   with fake_serving.rest_server(fake) as rest, fake_serving.grpc_server(fake) as grpc:
     for server, protocol in ((rest, "rest"), (grpc, "grpc")):
