@@ -1,4 +1,4 @@
-"""Accuracy of central-crop vs whole-image evaluation, on photos whose object leaves a margin.
+"""Accuracy of central-crop (square, per side) vs whole-image evaluation, on photos with a margin.
 
     python benchmarks/bench_eval_crop.py [--train_photos=480] [--eval_photos=240]
         [--image_size=64] [--steps=300] [--batch_size=32] [--repeats=5]
@@ -10,15 +10,20 @@ cross) in a random colour, 35-60% of the shorter side, placed with
 its centre within 12% of the image's centre: the object never fills the frame.
 Each repeat trains the flowers CNN from scratch with a different seed
 (train.py's input: random crops of 50-100% of the area, flips) at image_size,
-then evaluates the same checkpoint twice with the project's eval input:
-  crop: --eval_crop=0.875, the central 87.5% of each side decoded and resized;
+then evaluates the same checkpoint three times with the project's eval input:
+  square: --eval_crop=0.875 --eval_crop_form=square (a new run's default, as
+    tensorflow/tpu evaluates): a centred square of 87.5% of the shorter side
+    (262x262 of 400x300) decoded and resized;
+  per_side: --eval_crop_form=per_side (model dirs from before the form): the
+    central 87.5% of each side (350x264), stretched to a square by the resize;
   whole: --eval_crop=1.0, the whole image resized (evaluation before the flag).
-The last line is one JSON object: the medians over repeats of both
-accuracies, `ratio` = crop ÷ whole accuracy (medians), `difference` the median
-of the per-repeat crop - whole differences, and how many repeats each won.
+The last line is one JSON object: the medians over repeats of the
+accuracies, `ratio` = square ÷ whole accuracy (medians), `difference` the
+median of the per-repeat square - whole differences, how many repeats each
+won, and `square_vs_per_side` (square ÷ per_side, medians) with its wins.
 
 With --compare_decode the two sides are instead two trainings per seed,
-both evaluated with the 0.875 crop:
+both evaluated with the square 0.875 crop:
   fast: the training input as it is (JPEG windows decoded with merged chroma
     upsampling, at a reduced DCT scale when the window is at least twice
     image_size: at 64 px most windows of these photos are);
@@ -47,7 +52,9 @@ from estimator_tpu.data import input_pipeline
 
 SHAPES = ("disc", "square", "triangle", "cross")
 WIDTH, HEIGHT = 400, 300
-CROPS = {"crop": 0.875, "whole": 1.0}
+# side: (--eval_crop, --eval_crop_form)
+CROPS = {"square": (0.875, image_ops.SQUARE), "per_side": (0.875, image_ops.PER_SIDE),
+         "whole": (1.0, image_ops.SQUARE)}
 
 
 def draw_object(draw, shape, box, colour):
@@ -116,10 +123,11 @@ def train_and_evaluate(args, data_dir, model_dir, seed, crops=None, exact_decode
         os.path.join(data_dir, "train-*"), True, args.image_size, seed=seed),
         max_steps=args.steps)
   accuracies = {}
-  for side, crop in (crops or CROPS).items():
+  for side, (crop, form) in (crops or CROPS).items():
     eval_fn = input_pipeline.make_input_fn(
         os.path.join(data_dir, "validation-*"), False, args.image_size,
-        num_examples=args.eval_photos, global_batch_size=args.batch_size, eval_crop=crop)
+        num_examples=args.eval_photos, global_batch_size=args.batch_size, eval_crop=crop,
+        eval_crop_form=form)
     results = estimator.evaluate(
         eval_fn, steps=input_pipeline.eval_steps(args.eval_photos, args.batch_size))
     accuracies[side] = float(results["accuracy"])
@@ -135,7 +143,7 @@ def parse_args():
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--compare_decode", action="store_true",
-                      help="fast vs exact training decode, both evaluated with the crop")
+                      help="fast vs exact training decode, both evaluated with the square crop")
   return parser.parse_args()
 
 
@@ -144,12 +152,12 @@ def run_repeat(args, data_dir, work_dir, repeat):
   model_dir = os.path.join(work_dir, f"m{repeat}")
   if not args.compare_decode:
     return train_and_evaluate(args, data_dir, model_dir, seed=repeat + 1)
-  crop = {"crop": CROPS["crop"]}
+  crop = {"square": CROPS["square"]}
   sides = [("fast", False), ("exact", True)]
   if repeat % 2:  # alternate which trains first
     sides.reverse()
   return {side: train_and_evaluate(args, data_dir, f"{model_dir}{side}", repeat + 1, crop,
-                                   exact_decode=exact)["crop"]
+                                   exact_decode=exact)["square"]
           for side, exact in sides}
 
 
@@ -173,7 +181,7 @@ def main():
             "steps": args.steps, "batch_size": args.batch_size, "repeats": args.repeats,
             "cpus": os.cpu_count(), "load_average_1min_start": load_start,
             "load_average_1min_end": _common.load_average()}
-  first, second = ("fast", "exact") if args.compare_decode else ("crop", "whole")
+  first, second = ("fast", "exact") if args.compare_decode else ("square", "whole")
   result["compared"] = f"{first} vs {second}"
   for side in (first, second):
     result[f"{side}_accuracy"] = round(_common.median(runs, side), 4)
@@ -181,6 +189,12 @@ def main():
   result["difference"] = round(float(np.median([r[first] - r[second] for r in runs])), 4)
   result[f"{first}_wins"] = sum(r[first] > r[second] for r in runs)
   result[f"{second}_wins"] = sum(r[second] > r[first] for r in runs)
+  if not args.compare_decode:
+    result["per_side_accuracy"] = round(_common.median(runs, "per_side"), 4)
+    result["square_vs_per_side"] = round(result["square_accuracy"]
+                                         / result["per_side_accuracy"], 3)
+    result["square_wins_over_per_side"] = sum(r["square"] > r["per_side"] for r in runs)
+    result["per_side_wins_over_square"] = sum(r["per_side"] > r["square"] for r in runs)
   print(f"accuracy, median of {args.repeats}: {first} {result[f'{first}_accuracy']:.4f}, "
         f"{second} {result[f'{second}_accuracy']:.4f}; {first}/{second} "
         f"{result['ratio']:.3f}, median difference {result['difference']:+.4f}")

@@ -8,6 +8,7 @@ import re
 import tensorflow as tf
 
 from estimator_tpu import storage
+from estimator_tpu.data import image_ops
 
 CONFIG_FILE = "config.json"
 MODELS = ("flowers", "resnet", "tiny")
@@ -25,9 +26,15 @@ ENGINES = ("auto", "estimator", "distribute")
 # images, like the 32 px digits, whole.
 EVAL_CROP = 0.875
 EVAL_CROP_MIN_IMAGE_SIZE = 128
+# --eval_crop_form of a new run: tensorflow/tpu's centred square of the shorter
+# side. A config.json written before the field means the per-side form.
+EVAL_CROP_FORM = image_ops.SQUARE
+EVAL_CROP_FORMS = image_ops.CROP_FORMS
 # A re-run may change how long or how fast it trains, never what it trains.
 IDENTITY_FIELDS = (("data", "image_size"), ("data", "num_label_classes"),
                    ("model", "model"), ("model", "resnet_depth"))
+# Nor how it is evaluated and served, where curves and exports must stay comparable.
+EVALUATION_FIELDS = (("data", "eval_crop_form"),)
 
 
 class ConfigError(ValueError):
@@ -49,6 +56,8 @@ class DataConfig:
   random_flip: bool = True
   # 1.0 (the whole image) is what a config.json written before the key means.
   eval_crop: float = 1.0
+  # image_ops.PER_SIDE is what a config.json written before the key means.
+  eval_crop_form: str = image_ops.PER_SIDE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +165,7 @@ class Config:
         "num_label_classes": d.num_label_classes,
         "image_size": d.image_size,
         "eval_crop": d.eval_crop,
+        "eval_crop_form": d.eval_crop_form,
         "model": m.model,
         "resnet_depth": m.resnet_depth,
         "dropout_rate": m.dropout_rate,
@@ -243,7 +253,9 @@ def _check(condition, message):
 
 
 def _validate_choices(config):
-  m, t, r = config.model, config.train, config.runtime
+  d, m, t, r = config.data, config.model, config.train, config.runtime
+  _check(d.eval_crop_form in EVAL_CROP_FORMS,
+         f"--eval_crop_form={d.eval_crop_form} is not one of {', '.join(EVAL_CROP_FORMS)}")
   _check(m.model in MODELS or m.model_fn,
          f"--model={m.model} is not one of {', '.join(MODELS)}")
   _check(m.model != "resnet" or m.resnet_depth in RESNET_DEPTHS,
@@ -276,7 +288,7 @@ def _validate_sizes(config):
   _check(r.model_dir, "--model_dir is required")
   _check(d.image_size >= 8, f"--image_size={d.image_size} must be at least 8")
   _check(0 < d.eval_crop <= 1,
-         f"--eval_crop={d.eval_crop} must be in (0, 1]: the central fraction of each side "
+         f"--eval_crop={d.eval_crop} must be in (0, 1]: the central fraction "
          "evaluation and serving keep (1.0: the whole image)")
   _check(t.train_steps > 0, f"--train_steps={t.train_steps} must be positive")
   _check(t.steps_per_eval > 0, f"--steps_per_eval={t.steps_per_eval} must be positive")
@@ -357,6 +369,13 @@ def check_compatible(saved, config):
           f"--{name}={new} conflicts with {name}={old} in {path}, which holds a "
           f"model trained with {name}={old}; use another --model_dir or "
           f"--{name}={old}")
+  for section, name in EVALUATION_FIELDS:
+    old = getattr(getattr(saved, section), name)
+    new = getattr(getattr(config, section), name)
+    if old != new:
+      raise ConfigError(
+          f"--{name}={new} conflicts with {name}={old} in {path}, which that model is "
+          f"evaluated and served with; use another --model_dir or --{name}={old}")
 
 
 def write_config(config):

@@ -24,10 +24,15 @@ HELP = {
     "image_size": "Side of the square images fed to the network, in pixels.",
     "cache": "Cache decoded images in memory (before augmentation).",
     "random_flip": "Random left/right flips in training (turn off for digits or text).",
-    "eval_crop": "Central fraction of each image side that evaluation and the exported "
-                 "model keep before resizing (1.0: the whole image). Default: a model dir "
-                 "keeps its own (1.0 if it predates the flag); a new run takes 0.875 at "
-                 "--image_size >= 128, else 1.0.",
+    "eval_crop": "Central fraction that evaluation and the exported model keep before "
+                 "resizing, in the form of --eval_crop_form (1.0: the whole image). Default: "
+                 "a model dir keeps its own (1.0 if it predates the flag); a new run takes "
+                 "0.875 at --image_size >= 128, else 1.0.",
+    "eval_crop_form": "What --eval_crop keeps: square (a centred square of --eval_crop x "
+                      "the shorter side, as tensorflow/tpu evaluates) or per_side "
+                      "(--eval_crop of each side, stretched to a square by the resize). "
+                      "Default: square for a new run; a model dir keeps its own (per_side "
+                      "if it predates the flag) and refuses the other.",
     "model": "Network: flowers (the Cloud TPU flowers CNN), resnet or tiny.",
     "resnet_depth": "ResNet depth: 18, 34 or 50.",
     "dropout_rate": "Dropout before the classifier.",
@@ -85,7 +90,7 @@ HELP = {
 }
 
 # Flags whose default is resolved per run (config_from_flags), not a field default.
-RESOLVED_DEFAULTS = {"eval_crop": None}
+RESOLVED_DEFAULTS = {"eval_crop": None, "eval_crop_form": None}
 
 _DEFINERS = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
              float: flags.DEFINE_float, str: flags.DEFINE_string}
@@ -132,10 +137,13 @@ def config_from_flags(flag_values=flags.FLAGS, saved=None):
   for section, field in _flag_fields():
     if field.name in typed:
       config = config.replace(section, **{field.name: typed[field.name]})
+  # A new run crops at photo sizes, in tensorflow/tpu's square form; a model
+  # dir keeps what it was evaluated with.
   if saved is None and "eval_crop" not in typed:
-    # A new run crops at photo sizes; a model dir keeps what it was evaluated with.
     config = config.replace(
         "data", eval_crop=config_lib.default_eval_crop(config.data.image_size))
+  if saved is None and "eval_crop_form" not in typed:
+    config = config.replace("data", eval_crop_form=config_lib.EVAL_CROP_FORM)
   return config.replace("data", num_train_examples=0, num_eval_examples=0)
 
 

@@ -11,9 +11,10 @@ be read or decoded (checked before anything is sent), exit with 2.
 
 Building requests and parsing responses are pure functions, tested without a
 server. --signature=predict_images sends images preprocessed here with
-preprocess_for_eval, with the central crop and image size the served model
-states (its `preprocessing` signature; an export without one resized the
-whole image, at the size its metadata gives, or --image_size); every other
+preprocess_for_eval, with the central crop (fraction and form) and image size
+the served model states (its `preprocessing` signature; an export without one
+resized the whole image, at the size its metadata gives, or --image_size;
+one without a crop form kept the fraction of each side); every other
 signature is sent the encoded bytes, which the model crops itself.
 
 About 390 lines for one idea, talking to TF Serving: the same three steps
@@ -308,13 +309,13 @@ def predict(inputs, server, model, protocol, signature=contract.SERVING_SIGNATUR
 
 
 def read_inputs(paths, signature=contract.SERVING_SIGNATURE, image_size=0,
-                central_fraction=contract.WHOLE_IMAGE):
+                central_fraction=contract.WHOLE_IMAGE, crop_form=contract.OLD_CROP_FORM):
   """Reads the image files and checks that each decodes, before anything is sent.
 
   With server-side batching an undecodable image fails every request batched
   with it, so it is refused here. For predict_images signatures the images
   are preprocessed here exactly as preprocess_for_eval does, with the model's
-  image_size and central_fraction (served_preprocessing).
+  image_size, central_fraction and crop_form (served_preprocessing).
 
   Returns:
     [bytes], or [float32 array [image_size, image_size, 3]] for predict_images.
@@ -329,7 +330,7 @@ def read_inputs(paths, signature=contract.SERVING_SIGNATURE, image_size=0,
         image_bytes = f.read()
       if takes_images(signature):
         inputs.append(image_ops.preprocess_for_eval(
-            tf.constant(image_bytes), image_size, central_fraction).numpy())
+            tf.constant(image_bytes), image_size, central_fraction, crop_form).numpy())
       else:
         image_ops.decode_image(tf.constant(image_bytes))
         inputs.append(image_bytes)

@@ -186,10 +186,14 @@ def model_preprocessing(signatures):
 def describe_preprocessing(preprocessing):
   """One line: what the model does to an image before its network sees it."""
   size = preprocessing.image_size
-  if preprocessing.central_fraction >= contract.WHOLE_IMAGE:
+  fraction = preprocessing.central_fraction
+  if fraction >= contract.WHOLE_IMAGE:
     return f"the model resizes each whole image to {size}x{size} px"
-  return (f"the model keeps the central {preprocessing.central_fraction:g} of each image "
-          f"side (--eval_crop), resized to {size}x{size} px")
+  if preprocessing.crop_form == image_ops.SQUARE:
+    return (f"the model keeps a central square of {fraction:g} of each image's shorter "
+            f"side (--eval_crop), resized to {size}x{size} px")
+  return (f"the model keeps the central {fraction:g} of each image side (--eval_crop, "
+          f"--eval_crop_form=per_side), resized to {size}x{size} px")
 
 
 class Predictor:

@@ -130,7 +130,8 @@ def test_saved_model_cli_shows_the_three_signatures(exported_model):
   assert _tensor_infos(preprocessing_block, "inputs") == {
       contract.IMAGE_BYTES: ("DT_STRING", "(-1)")}
   assert _tensor_infos(preprocessing_block, "outputs") == {
-      contract.CENTRAL_FRACTION: ("DT_DOUBLE", "(-1)"), contract.IMAGE_SIZE: ("DT_INT32", "(-1)")}
+      contract.CENTRAL_FRACTION: ("DT_DOUBLE", "(-1)"), contract.IMAGE_SIZE: ("DT_INT32", "(-1)"),
+      contract.CROP_FORM: ("DT_STRING", "(-1)")}
   for block in blocks.values():
     assert "tensorflow/serving/predict" in block
 

@@ -1,8 +1,9 @@
 """Pure tensor functions: decode, preprocess_for_train and preprocess_for_eval.
 
 Evaluation and serving share preprocess_for_eval, so a served model sees
-exactly what evaluation saw: the central crop of the run's --eval_crop (only
-that window of a JPEG is decoded), resized to the network's size. Random
+exactly what evaluation saw: the central crop of the run's --eval_crop in
+the run's --eval_crop_form (only that window of a JPEG is decoded), resized
+to the network's size. Random
 augmentation happens only in training, never as layers of the network, so an
 exported model never augments.
 
@@ -66,6 +67,16 @@ def resize_for_eval(image, image_size):
   return image
 
 
+# --eval_crop_form: what --eval_crop keeps. SQUARE is tensorflow/tpu's ResNet and
+# EfficientNet evaluation crop: a centred square of the fraction of the shorter
+# side, so the object keeps its aspect ratio. PER_SIDE keeps the fraction of
+# each side (tf.image.central_crop), which the resize to a square then
+# stretches; it is what a run saved before the choice existed evaluates with.
+SQUARE = "square"
+PER_SIDE = "per_side"
+CROP_FORMS = (SQUARE, PER_SIDE)
+
+
 def central_window(image_shape, central_fraction):
   """The centred window keeping central_fraction of each side, as tf.image.central_crop.
 
@@ -84,17 +95,59 @@ def central_window(image_shape, central_fraction):
   return tf.concat([offset, window], axis=0)
 
 
-def decode_central_crop(image_bytes, central_fraction):
+def square_window(image_shape, central_fraction):
+  """The centred square of central_fraction of the shorter side, as tensorflow/tpu crops.
+
+  tensorflow/tpu's arithmetic exactly: the side is the float32 product
+  truncated to int32, and an odd margin leaves the extra pixel above and to
+  the left (offset (height - side + 1) // 2). A 500x375 photo at 0.875 keeps
+  328x328 from (24, 86). The side is at least 1 (tensorflow/tpu would ask
+  for an empty window on images under 2 px).
+
+  Args:
+    image_shape: int32 [2 or 3], the image's [height, width, ...].
+    central_fraction: Python float in (0, 1].
+
+  Returns:
+    int32 [4]: [offset_height, offset_width, side, side].
+  """
+  height = tf.cast(image_shape[0], tf.int32)
+  width = tf.cast(image_shape[1], tf.int32)
+  shorter = tf.cast(tf.minimum(height, width), tf.float32)
+  side = tf.maximum(tf.cast(central_fraction * shorter, tf.int32), 1)
+  return tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
+
+
+_WINDOWS = {SQUARE: square_window, PER_SIDE: central_window}
+
+
+def crop_window(image_shape, central_fraction, crop_form):
+  """The eval crop's window: square_window or central_window, by crop_form.
+
+  Raises:
+    ValueError: crop_form is not one of CROP_FORMS.
+  """
+  if crop_form not in _WINDOWS:
+    raise ValueError(f"crop form {crop_form!r} is not one of {', '.join(CROP_FORMS)}")
+  return _WINDOWS[crop_form](image_shape, central_fraction)
+
+
+def decode_central_crop(image_bytes, central_fraction, crop_form=PER_SIDE):
   """Encoded bytes -> uint8 [crop_height, crop_width, 3], the central window.
 
-  A JPEG decodes only the window (decode_and_crop_jpeg: the same pixels as a
-  full decode then a slice, for less work); any other format decodes in full
-  and is sliced.
+  A JPEG decodes only the window, its size read from the header
+  (extract_jpeg_shape, decode_and_crop_jpeg: the same pixels as a full decode
+  then a slice, for less work); any other format decodes in full and the
+  same window is sliced.
 
   Args:
     image_bytes: scalar string tensor.
-    central_fraction: Python float in (0, 1]; 1.0 is the whole image.
+    central_fraction: Python float in (0, 1]; 1.0 is the whole image (in
+      either form).
+    crop_form: SQUARE (square_window) or PER_SIDE (central_window).
   """
+  if crop_form not in CROP_FORMS:
+    raise ValueError(f"crop form {crop_form!r} is not one of {', '.join(CROP_FORMS)}")
   if central_fraction >= 1.0:
     return decode_image(image_bytes)
   is_jpeg = tf.io.is_jpeg(image_bytes)
@@ -102,27 +155,30 @@ def decode_central_crop(image_bytes, central_fraction):
   def jpeg_crop():
     shape = tf.io.extract_jpeg_shape(image_bytes, output_type=tf.int32)
     return tf.image.decode_and_crop_jpeg(
-        image_bytes, central_window(shape, central_fraction), channels=3)
+        image_bytes, crop_window(shape, central_fraction, crop_form), channels=3)
 
   def other_crop():
     image = decode_image(image_bytes)
-    return crop_to_window(image, central_window(tf.shape(image), central_fraction))
+    return crop_to_window(image, crop_window(tf.shape(image), central_fraction, crop_form))
 
   crop = tf.cond(is_jpeg, jpeg_crop, other_crop)
   crop.set_shape([None, None, 3])
   return crop
 
 
-def preprocess_for_eval(image_bytes, image_size, central_fraction=1.0):
+def preprocess_for_eval(image_bytes, image_size, central_fraction=1.0, crop_form=PER_SIDE):
   """Encoded bytes -> normalized float32 [image_size, image_size, 3].
 
   Args:
     image_bytes: scalar string tensor of JPEG/PNG/GIF/BMP bytes.
     image_size: side of the square output in pixels.
-    central_fraction: the centred part of each side kept before resizing
-      (--eval_crop; 0.875 keeps 224 of 256); 1.0 resizes the whole image.
+    central_fraction: the run's --eval_crop; 1.0 resizes the whole image.
+    crop_form: the run's --eval_crop_form: SQUARE keeps a centred square of
+      central_fraction of the shorter side (0.875 of a 500x375 photo: 328x328),
+      PER_SIDE central_fraction of each side (438x329, stretched by the resize).
   """
-  return resize_for_eval(decode_central_crop(image_bytes, central_fraction), image_size)
+  return resize_for_eval(decode_central_crop(image_bytes, central_fraction, crop_form),
+                         image_size)
 
 
 def sample_crop_window(image_shape, seed=None, key=None):

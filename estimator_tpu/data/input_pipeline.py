@@ -191,12 +191,13 @@ def _batches_to_augment_on_device(dataset, batch_size, random_flip, seed, determ
       seed, deterministic, AUGMENTATION_STREAM)
 
 
-def _eval_images(records, image_size, cache, central_fraction):
+def _eval_images(records, image_size, cache, central_fraction, crop_form):
   """(preprocess_for_eval output, label) per record, in order: serving's preprocessing."""
 
   def preprocess(serialized):
     parsed = schema.parse_example(serialized)
-    return (image_ops.preprocess_for_eval(parsed["image_bytes"], image_size, central_fraction),
+    return (image_ops.preprocess_for_eval(parsed["image_bytes"], image_size, central_fraction,
+                                          crop_form),
             parsed["label"])
 
   dataset = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
@@ -227,7 +228,7 @@ def _pad_eval(dataset, image_size, num_examples, global_batch_size, num_hosts=1)
 def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
                   global_batch_size=None, cache=False, transpose_input=None,
                   random_flip=True, seed=None, augment_on_device=None, eval_crop=None,
-                  deterministic=False):
+                  deterministic=False, eval_crop_form=None):
   """Builds the input_fn TPUEstimator calls with params['batch_size'] per shard.
 
   Args:
@@ -250,14 +251,18 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
       bfloat16 pixel values 0..255 and `augmentation`, which the estimators
       of training/tpu_estimator.py apply before the model_fn sees them).
       None: params['augment_on_device'] (False when absent).
-    eval_crop: evaluation only: the central fraction of each side kept before
-      resizing (preprocess_for_eval's central_fraction; 1.0: the whole image).
+    eval_crop: evaluation only: the central fraction kept before resizing
+      (preprocess_for_eval's central_fraction; 1.0: the whole image).
       None: params['eval_crop'] (1.0 when absent).
     deterministic: training only: the same seed gives the same batches in
       the same order, however the threads run: files interleave in a fixed
       order, and each image's crop and each batch's augmentation are drawn
       with stateless ops keyed by the seed and their position in the stream
       (map_drawing). Needs a seed.
+    eval_crop_form: evaluation only: image_ops.SQUARE (a centred square of
+      eval_crop x the shorter side) or image_ops.PER_SIDE (eval_crop of each
+      side); preprocess_for_eval's crop_form. None: params['eval_crop_form']
+      (PER_SIDE when absent, what params from before the field meant).
 
   Returns:
     input_fn(params) -> tf.data.Dataset of (features, labels). Features is a
@@ -289,7 +294,9 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
       dataset = _augmented_batches(dataset, batch_size, random_flip, seed, deterministic)
     else:
       crop = params.get("eval_crop", 1.0) if eval_crop is None else eval_crop
-      dataset = _eval_images(records, size, cache, crop)
+      form = (params.get("eval_crop_form", image_ops.PER_SIDE) if eval_crop_form is None
+              else eval_crop_form)
+      dataset = _eval_images(records, size, cache, crop, form)
       hosts, _ = host_of(params.get("context"))
       dataset = _pad_eval(dataset, size, num_examples, global_batch_size, hosts)
       # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
@@ -305,16 +312,18 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
   return input_fn
 
 
-def make_predict_input_fn(image_bytes_list, image_size, central_fraction=1.0):
+def make_predict_input_fn(image_bytes_list, image_size, central_fraction=1.0,
+                          crop_form=image_ops.PER_SIDE):
   """input_fn for estimator.predict over a list of encoded images (no padding needed).
 
-  central_fraction: as preprocess_for_eval's (the run's eval_crop).
+  central_fraction, crop_form: as preprocess_for_eval's (the run's eval_crop
+  and eval_crop_form).
   """
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices(list(image_bytes_list))
     dataset = dataset.map(lambda b: {schema.IMAGE_KEY: image_ops.preprocess_for_eval(
-        b, image_size, central_fraction)})
+        b, image_size, central_fraction, crop_form)})
     return dataset.batch(params.get("batch_size", 64))
 
   return input_fn

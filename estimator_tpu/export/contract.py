@@ -7,14 +7,17 @@ predictions, the REST/gRPC client and the local batch predictor:
                                                   central crop and resize done inside
   predict_images   inputs  images        float32 [batch, image_size, image_size, 3]
                    already cropped, resized and normalized: the output of
-                   image_ops.preprocess_for_eval(bytes, image_size, central_fraction)
-                   with the model's central_fraction (below)
+                   image_ops.preprocess_for_eval(bytes, image_size, central_fraction,
+                   crop_form) with the model's values (below)
   both             outputs probabilities float32 [batch, num_classes]
                            classid       int32   [batch]
                            class         string  [batch]  (when class names are known)
   preprocessing    inputs  image_bytes   string  [batch]  (any bytes; not decoded)
                    outputs central_fraction float64 [batch]  the run's --eval_crop (exact)
                            image_size       int32   [batch]
+                           crop_form        string  [batch]  the run's --eval_crop_form:
+                                            square or per_side (exports without it
+                                            crop per_side)
                    what serving_default does to an image, for a client that
                    preprocesses itself; one row per input, so TF Serving's REST
                    row format carries it (exports without it resize the whole image)
@@ -27,6 +30,7 @@ import os
 
 import tensorflow as tf
 
+from estimator_tpu.data import image_ops
 from estimator_tpu.data import layout
 
 IMAGE_BYTES = "image_bytes"
@@ -40,16 +44,23 @@ PREDICT_IMAGES_SIGNATURE = "predict_images"
 PREPROCESSING_SIGNATURE = "preprocessing"
 CENTRAL_FRACTION = "central_fraction"
 IMAGE_SIZE = "image_size"
+CROP_FORM = "crop_form"
+# Every export with a preprocessing signature states these; crop_form came later.
 PREPROCESSING_OUTPUTS = (CENTRAL_FRACTION, IMAGE_SIZE)
 SIGNATURE_INPUTS = {SERVING_SIGNATURE: IMAGE_BYTES, PREDICT_IMAGES_SIGNATURE: IMAGES,
                     PREPROCESSING_SIGNATURE: IMAGE_BYTES}
 # The central fraction of an export that has no preprocessing signature: exports
 # made before it resized the whole image.
 WHOLE_IMAGE = 1.0
+# The crop form of an export whose preprocessing signature has no crop_form:
+# exports made before it kept central_fraction of each side.
+OLD_CROP_FORM = image_ops.PER_SIDE
 
 # What serving_default does to an image before the network: keep the central
-# `central_fraction` of each side, resize to image_size x image_size.
-Preprocessing = collections.namedtuple("Preprocessing", [IMAGE_SIZE, CENTRAL_FRACTION])
+# `central_fraction` in `crop_form` (image_ops.preprocess_for_eval), resize to
+# image_size x image_size.
+Preprocessing = collections.namedtuple("Preprocessing", [IMAGE_SIZE, CENTRAL_FRACTION, CROP_FORM],
+                                       defaults=[OLD_CROP_FORM])
 SAVED_MODEL_FILE = "saved_model.pb"
 ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -97,8 +108,9 @@ def preprocessing_of(outputs):
   """Preprocessing from the preprocessing signature's outputs (one row each, any batch).
 
   Args:
-    outputs: {CENTRAL_FRACTION: [batch] values, IMAGE_SIZE: [batch] values}
-      as arrays or lists, from a local call, a gRPC or a REST response.
+    outputs: {CENTRAL_FRACTION: [batch] values, IMAGE_SIZE: [batch] values,
+      CROP_FORM: [batch] bytes or str (absent: OLD_CROP_FORM)} as arrays or
+      lists, from a local call, a gRPC or a REST response.
 
   Raises:
     ValueError: an output is missing, empty or out of range.
@@ -111,4 +123,11 @@ def preprocessing_of(outputs):
   if not 0 < fraction <= 1 or size <= 0:
     raise ValueError(f"the {PREPROCESSING_SIGNATURE!r} signature gave {CENTRAL_FRACTION}="
                      f"{fraction}, {IMAGE_SIZE}={size}: not a crop in (0, 1] and a size")
-  return Preprocessing(size, fraction)
+  form = OLD_CROP_FORM
+  if CROP_FORM in outputs and len(outputs[CROP_FORM]):
+    form = outputs[CROP_FORM][0]
+    form = form.decode("utf-8", "replace") if isinstance(form, bytes) else str(form)
+  if form not in image_ops.CROP_FORMS:
+    raise ValueError(f"the {PREPROCESSING_SIGNATURE!r} signature gave {CROP_FORM}={form!r}, "
+                     f"not one of {', '.join(image_ops.CROP_FORMS)}")
+  return Preprocessing(size, fraction, form)

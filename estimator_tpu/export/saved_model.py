@@ -22,13 +22,15 @@ from estimator_tpu.export import warmup
 _STAGING_PREFIX = "temp-staging-"
 
 
-def decode_batch(image_bytes, image_size, central_fraction=contract.WHOLE_IMAGE):
+def decode_batch(image_bytes, image_size, central_fraction=contract.WHOLE_IMAGE,
+                 crop_form=contract.OLD_CROP_FORM):
   """Decodes and preprocesses a batch of encoded images.
 
   Args:
     image_bytes: string tensor [batch] of JPEG/PNG/GIF/BMP bytes (any channels).
     image_size: side of the square output in pixels.
-    central_fraction: the central part of each side kept (the run's eval_crop).
+    central_fraction: the central part kept (the run's eval_crop).
+    crop_form: image_ops.SQUARE or PER_SIDE (the run's eval_crop_form).
 
   Returns:
     float32 tensor [batch, image_size, image_size, 3], as preprocess_for_eval makes.
@@ -37,20 +39,23 @@ def decode_batch(image_bytes, image_size, central_fraction=contract.WHOLE_IMAGE)
     tf.errors.InvalidArgumentError (when run): bytes that are no known image
     format ("Unknown image file format. One of JPEG, PNG, GIF, BMP required.").
   """
-  return tf.map_fn(lambda b: image_ops.preprocess_for_eval(b, image_size, central_fraction),
-                   image_bytes, fn_output_signature=tf.float32)
+  return tf.map_fn(
+      lambda b: image_ops.preprocess_for_eval(b, image_size, central_fraction, crop_form),
+      image_bytes, fn_output_signature=tf.float32)
 
 
-def _preprocessing_outputs(image_bytes, image_size, central_fraction):
+def _preprocessing_outputs(image_bytes, image_size, central_fraction, crop_form):
   """{output key: tensor [batch]}: the preprocessing signature's constants, one row per input."""
   rows = tf.shape(image_bytes)[:1]
   return {contract.CENTRAL_FRACTION: tf.fill(
               rows, tf.constant(central_fraction, tf.float64), name=contract.CENTRAL_FRACTION),
-          contract.IMAGE_SIZE: tf.fill(rows, image_size, name=contract.IMAGE_SIZE)}
+          contract.IMAGE_SIZE: tf.fill(rows, image_size, name=contract.IMAGE_SIZE),
+          contract.CROP_FORM: tf.fill(rows, tf.constant(crop_form), name=contract.CROP_FORM)}
 
 
 def make_serving_input_receiver_fn(image_size, central_fraction=contract.WHOLE_IMAGE,
-                                   preprocessing_outputs=None):
+                                   preprocessing_outputs=None,
+                                   crop_form=contract.OLD_CROP_FORM):
   """serving_input_receiver_fn for the serving_default and predict_images signatures.
 
   `images` is a placeholder_with_default over the decoded `image_bytes`:
@@ -59,19 +64,20 @@ def make_serving_input_receiver_fn(image_size, central_fraction=contract.WHOLE_I
 
   Args:
     image_size: side of the square images the network takes.
-    central_fraction: the central part of each side serving_default keeps.
+    central_fraction: the central part serving_default keeps.
     preprocessing_outputs: a dict, or None; when given, filled with
       {output key: TensorInfo} of the preprocessing signature's outputs
       (constants in the exported graph) for add_preprocessing_signature.
+    crop_form: image_ops.SQUARE or PER_SIDE: what central_fraction keeps.
   """
 
   def serving_input_receiver_fn():
     image_bytes = tf.compat.v1.placeholder(tf.string, [None], name=contract.IMAGE_BYTES)
     images = tf.compat.v1.placeholder_with_default(
-        decode_batch(image_bytes, image_size, central_fraction),
+        decode_batch(image_bytes, image_size, central_fraction, crop_form),
         [None, image_size, image_size, 3], name=contract.IMAGES)
     if preprocessing_outputs is not None:
-      outputs = _preprocessing_outputs(image_bytes, image_size, central_fraction)
+      outputs = _preprocessing_outputs(image_bytes, image_size, central_fraction, crop_form)
       preprocessing_outputs.update(
           {key: tf.compat.v1.saved_model.utils.build_tensor_info(tensor)
            for key, tensor in outputs.items()})
@@ -151,7 +157,7 @@ def _publish(staged_dir, export_dir):
 
 
 def export_saved_model(estimator, export_dir, image_size=None, checkpoint_path=None,
-                       central_fraction=None):
+                       central_fraction=None, crop_form=None):
   """Exports the CPU/GPU graph under export_dir/<numeric version>/ and returns that path.
 
   The version is staged in a non-numeric directory, completed (signature
@@ -165,9 +171,12 @@ def export_saved_model(estimator, export_dir, image_size=None, checkpoint_path=N
     image_size: side of the square images the model takes; None: the
       estimator's params['image_size'] (the run's config).
     checkpoint_path: the checkpoint to export (None: the latest in model_dir).
-    central_fraction: the central part of each side serving_default keeps;
-      None: params['eval_crop'] (the run's config; 1.0 when absent), so
-      serving crops as evaluation did.
+    central_fraction: the central part serving_default keeps; None:
+      params['eval_crop'] (the run's config; 1.0 when absent), so serving
+      crops as evaluation did.
+    crop_form: image_ops.SQUARE or PER_SIDE, what central_fraction keeps;
+      None: params['eval_crop_form'] (the run's config; PER_SIDE when absent,
+      as params from before the field meant).
 
   Returns:
     The version directory path (str).
@@ -175,11 +184,14 @@ def export_saved_model(estimator, export_dir, image_size=None, checkpoint_path=N
   image_size = image_size or estimator.params["image_size"]
   if central_fraction is None:
     central_fraction = float(estimator.params.get("eval_crop", contract.WHOLE_IMAGE))
+  if crop_form is None:
+    crop_form = estimator.params.get("eval_crop_form", contract.OLD_CROP_FORM)
   staging = os.path.join(export_dir, _STAGING_PREFIX + uuid.uuid4().hex)
   preprocessing = {}
   try:
     staged = estimator.export_saved_model(
-        staging, make_serving_input_receiver_fn(image_size, central_fraction, preprocessing),
+        staging, make_serving_input_receiver_fn(image_size, central_fraction, preprocessing,
+                                                crop_form),
         checkpoint_path=checkpoint_path)
     staged = staged.decode() if isinstance(staged, bytes) else staged
     rename_signatures(staged, {
