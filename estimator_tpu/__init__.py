@@ -26,6 +26,7 @@ one (estimator_tpu.libtpu_guard). None of these imports TensorFlow.
 import importlib
 import importlib.util
 import os
+import sys
 
 # First: on a host with no TPU, the TPU build's libtpu must not ask a cloud
 # metadata server for one when TensorFlow loads (estimator_tpu.libtpu_guard).
@@ -45,6 +46,10 @@ from estimator_tpu import tf_startup  # noqa: E402
 tf_startup.install()
 tf_standins.install()
 _moved.install()
+if "tensorflow" in sys.modules:  # imported first: tf.keras's loaders choose here, not in threads
+  from estimator_tpu import keras_loaders  # noqa: E402
+
+  keras_loaders.settle()
 
 __version__ = "0.1.0"
 

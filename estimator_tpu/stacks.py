@@ -18,6 +18,7 @@ import re
 import tensorflow as tf
 import tensorflow_estimator
 
+from estimator_tpu import keras_loaders
 from estimator_tpu import libtpu_guard
 
 TF_VERSION = tuple(int(part) for part in tf.__version__.split(".")[:2])
@@ -43,6 +44,9 @@ if KERAS_2_IS_TF_KERAS:
   import tf_keras as keras
 else:
   keras = tf.keras
+
+# tf.keras and friends choose their Keras here, before strategies start replica threads.
+keras_loaders.settle()
 
 
 # The import packages that make each stack beside TensorFlow. Their distributions are looked

@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 
+from estimator_tpu import keras_loaders
 from estimator_tpu import libtpu_guard
 
 SHOW_ENV = "ESTIMATOR_TPU_TF_STARTUP_LOGS"
@@ -157,6 +158,8 @@ class _QuietLoader(importlib.abc.Loader):
         self._loader.exec_module(module)
         if module.__name__ == PACKAGE and libtpu_guard.runs_without_tpu():
           _settle_tpu_build(module)
+      if module.__name__ == PACKAGE:
+        keras_loaders.settle()  # in this thread, before any other can race for tf.keras
     finally:
       # The module keeps its real loader (importlib.resources and friends ask it).
       module.__loader__ = self._loader

@@ -129,12 +129,14 @@ def test_standin_finder_is_installed_once_after_the_real_modules_finder():
 # --- what each stand-in does ---------------------------------------------------
 
 
-def test_tpu_embedding_parameters_refuse_naming_the_stack():
+def test_tpu_embedding_builds_its_configuration_and_refuses_the_engine():
+  assert tpu_embedding.AdagradParameters(0.1).initial_accumulator == 0.1
+  assert tpu_embedding.TableConfig(10, 4).dimension == 4
   with pytest.raises(_refusal.UnavailableOnThisStack,
-                     match=r"TPU embeddings .*AdagradParameters .*tf2\.15 stack"):
-    tpu_embedding.AdagradParameters(0.1)
-  with pytest.raises(_refusal.UnavailableOnThisStack, match=r"tpu_embedding\.TPUEmbedding"):
-    tpu_embedding.TPUEmbedding  # noqa: B018 -- the attribute access is what raises
+                     match=r"TPU embeddings .*tpu_embedding\.TPUEmbedding .*tf2\.15 stack"):
+    tpu_embedding.TPUEmbedding({}, {}, 8, tpu_embedding.TRAINING)
+  with pytest.raises(_refusal.UnavailableOnThisStack, match=r"tpu_embedding\.TPUEmbeddingV9"):
+    tpu_embedding.TPUEmbeddingV9  # noqa: B018 -- the attribute access is what raises
   with pytest.raises(AttributeError):
     tpu_embedding.__wrapped__  # noqa: B018 -- the attribute access is what raises
   with pytest.raises(_refusal.UnavailableOnThisStack, match="create_dummy_table_variables"):

@@ -19,6 +19,13 @@ from tensorflow.python.distribute import distribute_coordinator_context as dc_co
 from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.training import server_lib
 
+from estimator_tpu import keras_loaders
+
+# The estimator imports this module, in the thread that imports the estimator, before the
+# coordinator and MirroredStrategy start their task and replica threads, whose model_fns would
+# otherwise race for `tf.compat.v1.keras` on first use (estimator_tpu/keras_loaders.py).
+keras_loaders.settle()
+
 CHIEF = "chief"
 WORKER = "worker"
 PS = "ps"

@@ -1,7 +1,10 @@
 """TPU checks on CPU: XLA-compile one core's step (either engine's); build TPUEstimator's TPU graph.
 
-Nothing here needs a TPU. The training step is compiled by XLA's CPU backend,
-whose supported operations are nearly those of the TPU compiler, and the
+Nothing here needs a TPU. Whether a TPU can run each op of the step is
+decided by a table of the ops TensorFlow's TPU compiler supports
+(tpu_ops.txt, read from the TPU build by scripts/make_tpu_op_table.py), the
+same on every TensorFlow; the step is then compiled by XLA's CPU backend and
+run on a real batch, which checks shapes and everything else, and the
 TPU graph is built (never run) against a stand-in TPU system. For
 --engine=distribute the engine's own TRAIN and EVAL functions are compiled,
 as one replica of a TPUStrategy runs them. The tpu stack's TensorFlow has no
@@ -11,6 +14,7 @@ to run the preflight on the current stack.
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import tempfile
@@ -62,7 +66,8 @@ class TrainStep:
   Attributes:
     loss: the loss of the step, or None when it did not run.
     error: the error that stopped it ('' when it ran).
-    unsupported: UnsupportedOp for each op XLA rejected.
+    unsupported: UnsupportedOp for each op XLA (on this CPU) rejected.
+    outside_table: UnsupportedOp for each op not in the table of ops TPUs compile.
     ops: the ops of the compiled computation (the model's forward and backward pass).
     cross_replica_sums: gradient sums CrossShardOptimizer asked for.
     seconds: time to compile and run.
@@ -70,6 +75,7 @@ class TrainStep:
   loss: float = None
   error: str = ""
   unsupported: list = dataclasses.field(default_factory=list)
+  outside_table: list = dataclasses.field(default_factory=list)
   ops: list = dataclasses.field(default_factory=list)
   cross_replica_sums: int = 0
   summaries: list = dataclasses.field(default_factory=list)
@@ -225,6 +231,7 @@ def compile_train_step(model_fn, input_fn, params, mode=ModeKeys.TRAIN):
                       f"{first_line(e)}")
       return result
     result.ops = [op for op in graph.get_operations() if XLA_COMPILE_ATTR in op.node_def.attr]
+    result.outside_table = ops_outside_tpu_table(result.ops, graph)
     result.cross_replica_sums = len(sums)
     result.summaries = list(summaries)
     if not stacks.HOST_XLA:
@@ -266,7 +273,7 @@ def compile_engine_steps(model_fn, input_fns, params, batch_sizes):
         device_augmentation.with_device_augmentation(model_fn), dict(params, model_dir=model_dir),
         tf.distribute.OneDeviceStrategy("/cpu:0"), model_dir,
         batch_sizes[ModeKeys.TRAIN], batch_sizes.get(ModeKeys.EVAL, batch_sizes[ModeKeys.TRAIN]),
-        use_tpu=True, iterations_per_loop=1, jit_compile=stacks.HOST_XLA)
+        use_tpu=True, iterations_per_loop=1, jit_compile=stacks.HOST_XLA, replica_function=True)
     for mode, input_fn in input_fns:
       steps[mode] = _engine_step(engine, input_fn, mode)
       if not stacks.HOST_XLA and not steps[mode].error:
@@ -292,9 +299,71 @@ def _engine_step(engine, input_fn, mode):
                       f"{first_line(e)}")
   graph = engine.step_graphs.get(mode)
   result.ops = graph.get_operations() if graph is not None else []
+  result.outside_table = ops_outside_tpu_table(result.ops, graph)
   result.summaries = list(dict.fromkeys(summaries))  # the model_fn is traced more than once
   result.seconds = time.time() - began
   return result
+
+
+TPU_OPS_FILE = os.path.join(os.path.dirname(__file__), "tpu_ops.txt")
+TPU_OPS_SCRIPT = "scripts/make_tpu_op_table.py"
+
+
+@functools.lru_cache(maxsize=None)
+def tpu_op_table():
+  """(TensorFlow version the table was read from, frozenset of the op names a TPU compiles)."""
+  with open(TPU_OPS_FILE) as f:
+    lines = f.read().splitlines()
+  version = re.search(r"TPU build (\S+)", "\n".join(lines[:3])).group(1)
+  return version, frozenset(line for line in lines if line and not line.startswith("#"))
+
+
+# Ops no XLA kernel stands for: TPU replication plumbing the TPU rewrite consumes, and the
+# resource-variable handles a TPU computation receives as arguments.
+TPU_REWRITE_OPS = frozenset((
+    "TPUReplicatedInput", "TPUReplicatedOutput", "TPUReplicateMetadata", "TPUCompilationResult",
+    "TPUPartitionedInput", "TPUPartitionedInputV2", "TPUPartitionedOutput",
+    "TPUPartitionedOutputV2", "VarHandleOp", "VarIsInitializedOp", "Placeholder"))
+
+
+def _function_nodes(library, attr_values, seen):
+  """(function name, NodeDef) of every node in the functions attr_values call, recursively."""
+  nodes = []
+  for value in attr_values:
+    names = [value.func.name] if value.func.name else [f.name for f in value.list.func]
+    for name in names:
+      if name in seen or name not in library:
+        continue
+      seen.add(name)
+      for node in library[name].node_def:
+        nodes.append((name, node))
+        nodes += _function_nodes(library, node.attr.values(), seen)
+  return nodes
+
+
+def ops_outside_tpu_table(ops, graph=None):
+  """UnsupportedOp for each op among ops (and the functions they call) a TPU cannot compile.
+
+  The verdict is the table's (tpu_ops.txt), so it is the same whatever XLA the
+  installed TensorFlow has for the CPU. Python callbacks and string ops are left to
+  forbidden_ops, which says why.
+  """
+  _, table = tpu_op_table()
+  allowed = table | TPU_REWRITE_OPS | frozenset(PY_FUNC_OPS)
+  forbidden = {op.name for op in forbidden_ops(ops)}
+  outside = {op.name: UnsupportedOp(op.type, op.name, op.name.rpartition("/")[0] or op.name,
+                                    _source_line(op))
+             for op in ops if op.type not in allowed and op.name not in forbidden}
+  library = {}
+  if graph is not None:
+    library = {f.signature.name: f for f in graph.as_graph_def().library.function}
+  called = [value for op in ops for value in op.node_def.attr.values()]
+  for function, node in _function_nodes(library, called, set()):
+    if node.op not in allowed and node.op not in library:
+      name = f"{function}/{node.name}"
+      outside.setdefault(name, UnsupportedOp(node.op, name, node.name.rpartition("/")[0]
+                                             or function, ""))
+  return list(outside.values())
 
 
 def forbidden_ops(ops):

@@ -117,6 +117,9 @@ class DistributeEstimator:
     iterations_per_loop: training steps per call of the training function.
     save_checkpoints_steps: steps between checkpoints.
     jit_compile: compile each replica's step with XLA.
+    replica_function: trace each replica's step in a tf.function of its own
+      even without jit_compile, so step_graphs[mode] holds its ops only
+      (preflight on a TensorFlow without XLA for the CPU).
     seed: the global random seed (RunConfig's tf_random_seed), or None.
     warm_start_from: a checkpoint whose trainable variables start a new run.
     export_estimator_fn: () -> the estimator that exports the SavedModel.
@@ -131,7 +134,8 @@ class DistributeEstimator:
                iterations_per_loop=100, save_checkpoints_steps=100, jit_compile=False,
                seed=None, warm_start_from=None, export_estimator_fn=None,
                run_config=None,
-               keep_checkpoint_max=KEEP_CHECKPOINTS, save_checkpoints_secs=None):
+               keep_checkpoint_max=KEEP_CHECKPOINTS, save_checkpoints_secs=None,
+               replica_function=False):
     self._model_fn = model_fn
     self.params = dict(params)
     self.strategy = strategy
@@ -142,6 +146,7 @@ class DistributeEstimator:
     self._iterations = iterations_per_loop
     self._save_steps = save_checkpoints_steps
     self._jit = jit_compile
+    self._replica_function = replica_function or jit_compile
     self._seed = seed
     self._warm_start_from = warm_start_from
     self._export_estimator_fn = export_estimator_fn
@@ -243,7 +248,9 @@ class DistributeEstimator:
     return self._functions[name]
 
   def _replica_fn(self, fn):
-    return tf.function(fn, autograph=False, jit_compile=True) if self._jit else fn
+    if not self._replica_function:
+      return fn
+    return tf.function(fn, autograph=False, jit_compile=self._jit)
 
   def _global_step(self):
     step = self._store.variables.get(tf.compat.v1.GraphKeys.GLOBAL_STEP)
