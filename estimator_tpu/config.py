@@ -361,21 +361,15 @@ def read_config(model_dir):
 def check_compatible(saved, config):
   """Raises ConfigError when config would train a different model than saved."""
   path = os.path.join(config.runtime.model_dir, CONFIG_FILE)
-  for section, name in IDENTITY_FIELDS:
+  fields = [(field, "holds a model trained with {name}={old}") for field in IDENTITY_FIELDS]
+  fields += [(field, "that model is evaluated and served with") for field in EVALUATION_FIELDS]
+  for (section, name), why in fields:
     old = getattr(getattr(saved, section), name)
     new = getattr(getattr(config, section), name)
     if old != new:
       raise ConfigError(
-          f"--{name}={new} conflicts with {name}={old} in {path}, which holds a "
-          f"model trained with {name}={old}; use another --model_dir or "
-          f"--{name}={old}")
-  for section, name in EVALUATION_FIELDS:
-    old = getattr(getattr(saved, section), name)
-    new = getattr(getattr(config, section), name)
-    if old != new:
-      raise ConfigError(
-          f"--{name}={new} conflicts with {name}={old} in {path}, which that model is "
-          f"evaluated and served with; use another --model_dir or --{name}={old}")
+          f"--{name}={new} conflicts with {name}={old} in {path}, which "
+          f"{why.format(name=name, old=old)}; use another --model_dir or --{name}={old}")
 
 
 def write_config(config):
