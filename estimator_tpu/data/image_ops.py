@@ -127,9 +127,13 @@ def crop_window(image_shape, central_fraction, crop_form):
   Raises:
     ValueError: crop_form is not one of CROP_FORMS.
   """
-  if crop_form not in _WINDOWS:
-    raise ValueError(f"crop form {crop_form!r} is not one of {', '.join(CROP_FORMS)}")
+  _check_crop_form(crop_form)
   return _WINDOWS[crop_form](image_shape, central_fraction)
+
+
+def _check_crop_form(crop_form):
+  if crop_form not in CROP_FORMS:
+    raise ValueError(f"crop form {crop_form!r} is not one of {', '.join(CROP_FORMS)}")
 
 
 def decode_central_crop(image_bytes, central_fraction, crop_form=PER_SIDE):
@@ -146,8 +150,7 @@ def decode_central_crop(image_bytes, central_fraction, crop_form=PER_SIDE):
       either form).
     crop_form: SQUARE (square_window) or PER_SIDE (central_window).
   """
-  if crop_form not in CROP_FORMS:
-    raise ValueError(f"crop form {crop_form!r} is not one of {', '.join(CROP_FORMS)}")
+  _check_crop_form(crop_form)  # at 1.0 too, where no window is taken
   if central_fraction >= 1.0:
     return decode_image(image_bytes)
   is_jpeg = tf.io.is_jpeg(image_bytes)
