@@ -17,9 +17,9 @@ from estimator_tpu import cli
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu.export import saved_model
-from estimator_tpu.training import assemble
-from estimator_tpu.training import checkpoints
-from estimator_tpu.training import loop
+from estimator_tpu.run import assemble
+from estimator_tpu.run import checkpoints
+from estimator_tpu.run import loop
 
 FLAGS = flags.FLAGS
 PROGRAM = "export.py"

@@ -21,14 +21,14 @@ from absl import flags
 from estimator_tpu import cli
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
+from estimator_tpu.engines import choose as tpu_estimator
 from estimator_tpu.export import saved_model
+from estimator_tpu.run import assemble
+from estimator_tpu.run import checkpoints
+from estimator_tpu.run import loop
+from estimator_tpu.run import preemption
 from estimator_tpu.tpu import findings
 from estimator_tpu.tpu import preflight
-from estimator_tpu.training import assemble
-from estimator_tpu.training import checkpoints
-from estimator_tpu.training import loop
-from estimator_tpu.training import preemption
-from estimator_tpu.training import tpu_estimator
 
 FLAGS = flags.FLAGS
 PROGRAM = "train.py"

@@ -24,8 +24,8 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import testing
 from estimator_tpu.data import input_pipeline
-from estimator_tpu.training import host_loop
-from estimator_tpu.training import tpu_estimator as estimator_lib
+from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.engines import host_loop
 
 NUM_CLASSES = 10
 MAX_DIGITS = 1797  # all of scikit-learn's digits
@@ -80,7 +80,7 @@ def forward_flops(params):
   Counted by the TF profiler over a graph of the network at batch 1 (a
   multiply-add is 2); training costs about 3x this (forward, two backward).
   """
-  from estimator_tpu.training import networks
+  from estimator_tpu.model import networks
   graph = tf.Graph()
   with graph.as_default():
     size = params["image_size"]

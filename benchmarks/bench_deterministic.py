@@ -23,7 +23,7 @@ import tempfile
 import _args
 import _common
 
-from estimator_tpu.training import determinism
+from estimator_tpu.run import determinism
 
 SIDES = (("default", False), ("deterministic", True))
 

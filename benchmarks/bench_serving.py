@@ -56,7 +56,7 @@ from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model as export_lib
-from estimator_tpu.training import assemble
+from estimator_tpu.run import assemble
 import train
 
 BATCH_SIZES = (1, 8, 64)

@@ -13,7 +13,7 @@ same cross-entropy and the same L2 weight decay:
   estimator: estimator.build_estimator + model_fn.model_fn (host_call
     summaries every step, logging and step-counter hooks, checkpoint at the
     end of each train() call), as `train.py --host_loop` runs it on CPU:
-    iterations_per_loop steps per session.run (training/host_loop.py; with
+    iterations_per_loop steps per session.run (engines/host_loop.py; with
     iterations_per_loop=1, as train.py runs by default);
   distribute: the same model_fn and input_fn on `--engine=distribute`
     (distribute_engine.py, the default strategy on the CPU, no XLA):
@@ -56,8 +56,8 @@ import _photos
 import tensorflow as tf
 
 from estimator_tpu import stacks
-from estimator_tpu.training import networks
-from estimator_tpu.training import optimization
+from estimator_tpu.model import networks
+from estimator_tpu.model import optimization
 
 
 class ExecutionTimer(stacks.keras.callbacks.Callback):

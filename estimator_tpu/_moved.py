@@ -11,6 +11,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
 
 # Old module (under estimator_tpu) -> its new home.
@@ -23,17 +24,40 @@ MOVED = {
     "preprocess_inputs": "estimator_tpu.beam.sources",
     "preprocess_plan": "estimator_tpu.beam.plan",
     "beam_pipeline": "estimator_tpu.beam.pipeline",
-    "model": "estimator_tpu.training.networks",
-    "metrics": "estimator_tpu.training.metrics",
-    "optimization": "estimator_tpu.training.optimization",
-    "estimator": "estimator_tpu.training.tpu_estimator",
-    "distributed": "estimator_tpu.training.strategy_estimator",
-    "loop": "estimator_tpu.training.loop",
-    "curves": "estimator_tpu.training.curves",
-    "runner": "estimator_tpu.training.assemble",
+    "model": "estimator_tpu.model.networks",
+    "metrics": "estimator_tpu.model.metrics",
+    "optimization": "estimator_tpu.model.optimization",
+    "estimator": "estimator_tpu.engines.choose",
+    "distributed": "estimator_tpu.engines.strategy_estimator",
+    "loop": "estimator_tpu.run.loop",
+    "curves": "estimator_tpu.run.curves",
+    "runner": "estimator_tpu.run.assemble",
     "tpu_checks": "estimator_tpu.tpu.checks",
     "export_lib": "estimator_tpu.export.saved_model",
 }
+# training/ held three kinds of module; each kind has a folder now (model/, engines/, run/).
+MOVED_TRAINING = {
+    "networks": "estimator_tpu.model.networks",
+    "model_fn": "estimator_tpu.model.model_fn",
+    "metrics": "estimator_tpu.model.metrics",
+    "optimization": "estimator_tpu.model.optimization",
+    "device_augmentation": "estimator_tpu.model.device_augmentation",
+    "user_model_fn": "estimator_tpu.model.user_model_fn",
+    "tpu_estimator": "estimator_tpu.engines.choose",
+    "host_loop": "estimator_tpu.engines.host_loop",
+    "strategy_estimator": "estimator_tpu.engines.strategy_estimator",
+    "distribute_engine": "estimator_tpu.engines.distribute.engine",
+    "distribute_hooks": "estimator_tpu.engines.distribute.hooks",
+    "tf1_variables": "estimator_tpu.engines.distribute.variables",
+    "optimizer_rules": "estimator_tpu.engines.distribute.optimizer_rules",
+    "loop": "estimator_tpu.run.loop",
+    "assemble": "estimator_tpu.run.assemble",
+    "checkpoints": "estimator_tpu.run.checkpoints",
+    "preemption": "estimator_tpu.run.preemption",
+    "curves": "estimator_tpu.run.curves",
+    "determinism": "estimator_tpu.run.determinism",
+}
+TRAINING = "estimator_tpu.training"
 # estimator_tpu.datasets is a file of its own (datasets.py), so `python -m` still runs it.
 # model_fn and preflight are names of the public API now (the function, not the module).
 
@@ -71,15 +95,29 @@ def _moved_module(old, new):
   return make
 
 
+def _training_package():
+  """estimator_tpu.training as an empty package, so its old submodule paths resolve."""
+  module = types.ModuleType(TRAINING, "The old training/ folder: see model/, engines/, run/.")
+  module.__path__ = []
+  return module
+
+
 class MovedFinder(importlib.abc.MetaPathFinder):
-  """Finds estimator_tpu.<old name> as its new module."""
+  """Finds estimator_tpu.<old name> and estimator_tpu.training.<old name> as their new modules."""
 
   def find_spec(self, fullname, path=None, target=None):
     package, _, name = fullname.rpartition(".")
-    if package != "estimator_tpu" or name not in MOVED:
+    if fullname == TRAINING:
+      return importlib.util.spec_from_loader(fullname, AliasLoader(_training_package),
+                                             is_package=True)
+    if package == TRAINING and name in MOVED_TRAINING:
+      new = MOVED_TRAINING[name]
+    elif package == "estimator_tpu" and name in MOVED:
+      new = MOVED[name]
+    else:
       return None
     return importlib.util.spec_from_loader(fullname,
-                                           AliasLoader(_moved_module(fullname, MOVED[name])))
+                                           AliasLoader(_moved_module(fullname, new)))
 
 
 def install():

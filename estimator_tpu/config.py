@@ -19,7 +19,7 @@ MODES = ("train", "eval", "train_and_eval")
 STRATEGIES = ("none", "mirrored", "multi_worker")
 AUGMENT_ON = ("auto", "host", "device")
 # What runs the model_fn: TPUEstimator's TF 1 sessions, or tf.functions under a
-# tf.distribute strategy (training/distribute_engine.py); auto picks per run.
+# tf.distribute strategy (engines/distribute/engine.py); auto picks per run.
 ENGINES = ("auto", "estimator", "distribute")
 # --eval_crop of a new run that does not give it: the central 224 of 256 at
 # photo sizes (as tensorflow/tpu and Keras' ImageNet recipes evaluate); small

@@ -8,7 +8,7 @@ import pytest
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import testing
-from estimator_tpu.training import assemble
+from estimator_tpu.run import assemble
 
 # The compat `tf` turns eager execution off for its process, as TF 1 ran; a test process
 # also runs the library's TF 2 code, so it keeps eager execution on. Programs the tests

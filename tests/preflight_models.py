@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from estimator_tpu import stacks
-from estimator_tpu.training import model_fn as model_fn_lib
+from estimator_tpu.model import model_fn as model_fn_lib
 
 
 def rotating_model_fn(features, labels, mode, params):

@@ -24,13 +24,13 @@ from estimator_tpu import stacks
 from estimator_tpu.compat import activation
 from estimator_tpu.data import digits
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.engines import choose as tpu_estimator
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model
+from estimator_tpu.model import model_fn as model_fn_lib
+from estimator_tpu.run import assemble
 from estimator_tpu.tpu import findings as findings_lib
 from estimator_tpu.tpu import preflight
-from estimator_tpu.training import assemble
-from estimator_tpu.training import model_fn as model_fn_lib
-from estimator_tpu.training import tpu_estimator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

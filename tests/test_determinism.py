@@ -12,7 +12,7 @@ from tensorflow.python.framework import config as tf_config
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
-from estimator_tpu.training import determinism
+from estimator_tpu.run import determinism
 import train
 
 RUN = [f"--image_size={IMAGE_SIZE}", "--train_batch_size=8", "--eval_batch_size=8",

@@ -13,8 +13,8 @@ from estimator_tpu import stacks
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
-from estimator_tpu.training import curves
-from estimator_tpu.training import device_augmentation
+from estimator_tpu.model import device_augmentation
+from estimator_tpu.run import curves
 import train
 
 ModeKeys = stacks.ModeKeys

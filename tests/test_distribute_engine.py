@@ -28,11 +28,11 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
-from estimator_tpu.training import distribute_engine
-from estimator_tpu.training import distribute_hooks
-from estimator_tpu.training import model_fn as model_fn_lib
-from estimator_tpu.training import optimization
-from estimator_tpu.training import tpu_estimator as estimator_lib
+from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.engines.distribute import engine as distribute_engine
+from estimator_tpu.engines.distribute import hooks as distribute_hooks
+from estimator_tpu.model import model_fn as model_fn_lib
+from estimator_tpu.model import optimization
 
 REPO_DIR = os.path.dirname(TESTS_DIR)
 BATCH = 16
@@ -367,7 +367,7 @@ def test_sigterm_saves_the_step_in_flight_and_exits_75(tmp_path, digits_dir):
 
   from conftest import program_env
 
-  from estimator_tpu.training import loop
+  from estimator_tpu.run import loop
   model_dir = str(tmp_path / "model")
   process = subprocess.Popen(
       [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",

@@ -22,11 +22,11 @@ from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import storage
 from estimator_tpu.export import saved_model
-from estimator_tpu.training import assemble
-from estimator_tpu.training import checkpoints
-from estimator_tpu.training import curves
-from estimator_tpu.training import loop
-from estimator_tpu.training import preemption
+from estimator_tpu.run import assemble
+from estimator_tpu.run import checkpoints
+from estimator_tpu.run import curves
+from estimator_tpu.run import loop
+from estimator_tpu.run import preemption
 import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
-from estimator_tpu.training import host_loop
-from estimator_tpu.training import model_fn as model_fn_lib
-from estimator_tpu.training import tpu_estimator as estimator_lib
+from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.engines import host_loop
+from estimator_tpu.model import model_fn as model_fn_lib
 
 
 class StepsPerRunHook(tf.compat.v1.train.SessionRunHook):

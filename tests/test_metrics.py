@@ -4,7 +4,7 @@ import numpy as np
 from sklearn import metrics as sk_metrics
 import tensorflow as tf
 
-from estimator_tpu.training import metrics
+from estimator_tpu.model import metrics
 
 
 def _run(labels, logits, weights, num_classes, batches=3):

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
-from estimator_tpu.training import model_fn as model_fn_lib
+from estimator_tpu.model import model_fn as model_fn_lib
 
 ModeKeys = stacks.ModeKeys
 

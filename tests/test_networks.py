@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_tpu.training import networks
+from estimator_tpu.model import networks
 
 # Trainable parameters of the ImageNet models (1000 classes) as published with
 # torchvision's reference implementations (He et al. 2016, v1.5).

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_tpu.training import optimization
+from estimator_tpu.model import optimization
 
 BASE = {"base_learning_rate": 0.1, "train_batch_size": 512, "train_steps": 1000,
         "warmup_steps": 0, "optimizer": "momentum", "momentum": 0.9}

@@ -16,11 +16,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_public_api_names_what_users_import():
   from estimator_tpu.data import input_pipeline
+  from estimator_tpu.engines import choose as tpu_estimator
   from estimator_tpu.export import saved_model
+  from estimator_tpu.model import model_fn
+  from estimator_tpu.run import loop
   from estimator_tpu.tpu import preflight
-  from estimator_tpu.training import loop
-  from estimator_tpu.training import model_fn
-  from estimator_tpu.training import tpu_estimator
   assert estimator_tpu.make_input_fn is input_pipeline.make_input_fn
   assert estimator_tpu.model_fn is model_fn.model_fn
   assert estimator_tpu.build_estimator is tpu_estimator.build_estimator

@@ -16,10 +16,10 @@ import tensorflow as tf
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.model import model_fn as model_fn_lib
 from estimator_tpu.tpu import checks as tpu_checks
 from estimator_tpu.tpu import findings as findings_lib
 from estimator_tpu.tpu import preflight
-from estimator_tpu.training import model_fn as model_fn_lib
 import train
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -21,7 +21,7 @@ from estimator_tpu.data import schema
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model
 from estimator_tpu.export import warmup
-from estimator_tpu.training import assemble
+from estimator_tpu.run import assemble
 
 IMAGE_SIZE = 32
 NUM_CLASSES = 10

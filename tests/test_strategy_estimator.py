@@ -26,10 +26,11 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
-from estimator_tpu.training import model_fn as model_fn_lib
-from estimator_tpu.training import networks
-from estimator_tpu.training import strategy_estimator
-from estimator_tpu.training import tpu_estimator as estimator_lib
+from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.engines import strategies
+from estimator_tpu.engines import strategy_estimator
+from estimator_tpu.model import model_fn as model_fn_lib
+from estimator_tpu.model import networks
 
 ModeKeys = stacks.ModeKeys
 REPO_DIR = os.path.dirname(TESTS_DIR)
@@ -197,7 +198,7 @@ def test_two_workers_train_one_model_from_tf_config(digits_dir, tmp_path):
 def test_mirrored_strategy_gives_an_estimator_with_the_strategy(tmp_path):
   config = tiny_config(tmp_path, train_batch_size=16).replace("runtime", strategy="mirrored")
   estimator = estimator_lib.build_estimator(config)
-  assert isinstance(estimator, strategy_estimator.DistributedEstimator)
+  assert isinstance(estimator, strategy_estimator.StrategyEstimator)
   assert isinstance(estimator.estimator, stacks.estimator.Estimator)
   strategy = estimator.config.train_distribute
   assert isinstance(strategy, tf.distribute.MirroredStrategy)
@@ -210,7 +211,7 @@ def test_replica_batch_errors_name_the_flag_and_a_fix():
   with pytest.raises(config_lib.ConfigError, match=r"--train_batch_size=10 must divide by the "
                      r"4 replicas of --strategy=mirrored \(each gets an equal share\); "
                      r"try 8 or 12"):
-    strategy_estimator.check_replica_batches(train, "mirrored", 4)
+    strategies.check_replica_batches(train, "mirrored", 4)
 
 
 def test_multi_worker_needs_tf_config_and_train_mode(tmp_path, monkeypatch):
@@ -227,13 +228,13 @@ def test_multi_worker_needs_tf_config_and_train_mode(tmp_path, monkeypatch):
 
 def test_chief_is_the_chief_task_else_worker_0():
   workers = {"worker": ["a:1", "b:1"]}
-  assert strategy_estimator.is_chief_task(
+  assert strategies.is_chief_task(
       {"cluster": workers, "task": {"type": "worker", "index": 0}})
-  assert not strategy_estimator.is_chief_task({"cluster": workers,
+  assert not strategies.is_chief_task({"cluster": workers,
                                           "task": {"type": "worker", "index": 1}})
   with_chief = dict(workers, chief=["c:1"])
-  assert strategy_estimator.is_chief_task({"cluster": with_chief, "task": {"type": "chief"}})
-  assert not strategy_estimator.is_chief_task({"cluster": with_chief,
+  assert strategies.is_chief_task({"cluster": with_chief, "task": {"type": "chief"}})
+  assert not strategies.is_chief_task({"cluster": with_chief,
                                           "task": {"type": "worker", "index": 0}})
 
 

@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
+from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.model import model_fn as model_fn_lib
 from estimator_tpu.tpu import checks
-from estimator_tpu.training import model_fn as model_fn_lib
-from estimator_tpu.training import tpu_estimator as estimator_lib
 
 ModeKeys = stacks.ModeKeys
 InputPipelineConfig = stacks.tpu.InputPipelineConfig

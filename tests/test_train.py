@@ -20,8 +20,8 @@ from estimator_tpu import flags as flags_lib
 from estimator_tpu import testing
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
-from estimator_tpu.training import assemble
-from estimator_tpu.training import loop
+from estimator_tpu.run import assemble
+from estimator_tpu.run import loop
 import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,7 +12,7 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu.data import digits
-from estimator_tpu.training import user_model_fn
+from estimator_tpu.model import user_model_fn
 import export
 import train
 

@@ -3,7 +3,7 @@
 A TPUEstimator program builds `tf.contrib.tpu.TPUEstimator(...)` itself. With
 `ESTIMATOR_TPU_ENGINE=distribute` (or `auto` on a TPU that runs TensorFlow
 through PJRT: v5e, v5p, v6e) the same call gives the distribute engine
-(training/distribute_engine.py) with the program's model_fn, params, batch
+(engines/distribute/engine.py) with the program's model_fn, params, batch
 sizes and RunConfig, offering train / evaluate / predict / export_saved_model;
 otherwise (the default) it is TensorFlow's TPUEstimator. Without the
 variable (or with `estimator`), nothing is replaced: the programs get
@@ -14,34 +14,13 @@ import os
 
 from tensorflow_estimator.python.estimator.tpu import tpu_estimator
 
-from estimator_tpu.training import distribute_engine
-from estimator_tpu.training import loop
-from estimator_tpu.training import tpu_estimator as engines
+from estimator_tpu.engines import choose
+from estimator_tpu.engines.distribute import engine as distribute_engine
+from estimator_tpu.run import loop
 
-ENGINE_ENV = "ESTIMATOR_TPU_ENGINE"
-_ENGINES = ("estimator", "distribute", "auto")
+ENGINE_ENV = choose.ENGINE_ENV
+chosen_engine = choose.chosen_engine
 _TPUEstimator = tpu_estimator.TPUEstimator
-
-
-def chosen_engine(use_tpu, environ=os.environ):
-  """'estimator' or 'distribute' for a program's TPUEstimator, from ESTIMATOR_TPU_ENGINE."""
-  engine = environ.get(ENGINE_ENV, "auto").strip().lower() or "auto"
-  if engine not in _ENGINES:
-    raise ValueError(f"{ENGINE_ENV}={environ[ENGINE_ENV]!r} is not one of {', '.join(_ENGINES)}")
-  if engine == "auto":
-    return "distribute" if engines.pjrt_tpu_environment(use_tpu, "", environ) else "estimator"
-  return engine
-
-
-def _strategy(use_tpu, run_config):
-  import tensorflow as tf
-  if use_tpu:
-    resolver = run_config.cluster or tf.distribute.cluster_resolver.TPUClusterResolver("local")
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    return tf.distribute.TPUStrategy(resolver)
-  gpus = tf.config.list_logical_devices("GPU")
-  return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
 
 
 def _warm_start_path(warm_start_from):
@@ -101,8 +80,8 @@ class TPUEstimator(_TPUEstimator):
                            predict_batch_size=predict_batch_size, export_to_tpu=False,
                            **kwargs)
 
-    engine = distribute_engine.DistributeEstimator(
-        model_fn, dict(params or {}), _strategy(use_tpu, run_config), model_dir,
+    engine = distribute_engine.DistributeEngine(
+        model_fn, dict(params or {}), choose.program_strategy(use_tpu, run_config), model_dir,
         train_batch_size, eval_batch_size or train_batch_size,
         predict_batch_size or eval_batch_size or train_batch_size, use_tpu=use_tpu,
         iterations_per_loop=int(tpu_config.iterations_per_loop),

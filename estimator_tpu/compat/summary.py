@@ -9,7 +9,7 @@ def create_file_writer(logdir, max_queue=None, flush_millis=None, filename_suffi
   """summary_ops_v2.create_file_writer, its resource and initializer built in tf.init_scope().
 
   A host_call calls it; off TPU the host_call runs inside the training loop
-  (training/host_loop.py), where an initializer could not be run before the
+  (engines/host_loop.py), where an initializer could not be run before the
   first step. Built outside, it is one more op of the graph's writer
   initializers, as TF 1.15 made it at the host_call's top level.
   """

@@ -396,7 +396,7 @@ def apply_augmentation(images, augmentation, hwcn=False):
   """Flip, brightness, contrast, clipping and normalization of a batch.
 
   Pure tensor math with static shapes: it runs in the host's input pipeline
-  (augment_batch) or on the accelerator (training/device_augmentation.py).
+  (augment_batch) or on the accelerator (model/device_augmentation.py).
   It computes tf.image.adjust_brightness then adjust_contrast (about each
   image's per-channel mean), clipping to the pixel range and normalization
   as one multiply-add, clip and multiply-add per pixel: the brightness delta

@@ -249,7 +249,7 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
     augment_on_device: training only: leave flip, colour jitter and
       normalization to the model_fn's accelerator (features then hold
       bfloat16 pixel values 0..255 and `augmentation`, which the estimators
-      of training/tpu_estimator.py apply before the model_fn sees them).
+      of engines/choose.py apply before the model_fn sees them).
       None: params['augment_on_device'] (False when absent).
     eval_crop: evaluation only: the central fraction kept before resizing
       (preprocess_for_eval's central_fraction; 1.0: the whole image).

@@ -28,7 +28,7 @@ IMAGE_KEY = "image"
 WEIGHT_KEY = "weight"
 # Training with augmentation on the accelerator: each image's flip, brightness
 # and contrast draws, float32 [batch, 3], applied and removed before the
-# model_fn sees the features (training/device_augmentation.py).
+# model_fn sees the features (model/device_augmentation.py).
 AUGMENTATION_KEY = "augmentation"
 
 

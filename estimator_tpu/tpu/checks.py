@@ -30,9 +30,9 @@ from tensorflow_estimator.python.estimator.tpu import error_handling
 
 from estimator_tpu import stacks
 from estimator_tpu import tf_startup
-from estimator_tpu.training import device_augmentation
-from estimator_tpu.training import distribute_engine
-from estimator_tpu.training import strategy_estimator
+from estimator_tpu.engines import calls
+from estimator_tpu.engines.distribute import engine as distribute_engine
+from estimator_tpu.model import device_augmentation
 
 ModeKeys = stacks.ModeKeys
 XLA_COMPILE_ATTR = "_xla_compile_id"
@@ -196,7 +196,7 @@ def _build_step(model_fn, input_fn, params, mode):
   def step(*tensors):
     features, labels = tf.nest.pack_sequence_as(structure, list(tensors))
     # The estimators run every model_fn behind device_augmentation.with_device_augmentation.
-    spec = strategy_estimator.call_model_fn(
+    spec = calls.call_model_fn(
         device_augmentation.with_device_augmentation(model_fn), features, labels, mode, params)
     after = [spec.train_op] if mode == ModeKeys.TRAIN else _eval_tensors(spec)
     with tf.control_dependencies(after):
@@ -269,7 +269,7 @@ def compile_engine_steps(model_fn, input_fns, params, batch_sizes):
   """
   steps = {}
   with tempfile.TemporaryDirectory(prefix="preflight-") as model_dir:
-    engine = distribute_engine.DistributeEstimator(
+    engine = distribute_engine.DistributeEngine(
         device_augmentation.with_device_augmentation(model_fn), dict(params, model_dir=model_dir),
         tf.distribute.OneDeviceStrategy("/cpu:0"), model_dir,
         batch_sizes[ModeKeys.TRAIN], batch_sizes.get(ModeKeys.EVAL, batch_sizes[ModeKeys.TRAIN]),

@@ -13,6 +13,10 @@ import tensorflow as tf
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
+from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.model import user_model_fn
+from estimator_tpu.run import assemble
+from estimator_tpu.run import loop
 from estimator_tpu.tpu import checks as tpu_checks
 from estimator_tpu.tpu import pods
 from estimator_tpu.tpu.findings import FAIL
@@ -20,10 +24,6 @@ from estimator_tpu.tpu.findings import PASS
 from estimator_tpu.tpu.findings import WARN
 from estimator_tpu.tpu.findings import Finding
 from estimator_tpu.tpu.findings import report
-from estimator_tpu.training import assemble
-from estimator_tpu.training import loop
-from estimator_tpu.training import tpu_estimator as estimator_lib
-from estimator_tpu.training import user_model_fn
 
 BATCH_MULTIPLE = 8
 WIDTH_MULTIPLE = 8

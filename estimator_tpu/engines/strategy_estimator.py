@@ -1,93 +1,23 @@
-"""The GPU path: a TPUEstimator model_fn and input_fns under a tf.distribute strategy.
+"""The Estimator engine under a strategy: a TPUEstimator model_fn and input_fns in TF 1 sessions.
 
-TPUEstimator cannot take a strategy, so --strategy=mirrored (all local GPUs)
-and --strategy=multi_worker (a TF_CONFIG cluster) run a plain
-stacks.estimator.Estimator. DistributedEstimator wraps it so that it
-takes the same model_fn and input_fns, and offers the same train / evaluate
-/ predict, as the TPUEstimator.
+TPUEstimator cannot take a strategy, so --engine=estimator with
+--strategy=mirrored (all local GPUs) or --strategy=multi_worker (a TF_CONFIG
+cluster) runs a plain stacks.estimator.Estimator. StrategyEstimator wraps it
+so that it takes the same model_fn and input_fns, and offers the same train /
+evaluate / predict, as the TPUEstimator.
 """
 
-import inspect
-import json
 import os
-import time
 import warnings
 
 import tensorflow as tf
 
-from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
+from estimator_tpu.engines import calls
+from estimator_tpu.engines import strategies
+from estimator_tpu.engines import tpu_estimator
 
-KEEP_CHECKPOINTS = 5
-TF_CONFIG = "TF_CONFIG"
-CHIEF_CHECKPOINT_TIMEOUT_SECS = 600
 ModeKeys = stacks.ModeKeys
-
-
-def local_devices():
-  """The devices a MirroredStrategy replicates over: all GPUs, else all logical CPUs."""
-  gpus = tf.config.list_logical_devices("GPU")
-  return [device.name for device in gpus or tf.config.list_logical_devices("CPU")]
-
-
-def read_tf_config(environ=os.environ):
-  """The parsed TF_CONFIG of a multi-worker run; ConfigError names what is missing."""
-  example = ('TF_CONFIG=\'{"cluster": {"worker": ["host1:2222", "host2:2222"]}, '
-             '"task": {"type": "worker", "index": 0}}\'')
-  text = environ.get(TF_CONFIG, "")
-  if not text:
-    raise config_lib.ConfigError(
-        f"--strategy=multi_worker needs the {TF_CONFIG} environment variable on every "
-        f"worker, e.g. {example}")
-  try:
-    tf_config = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise config_lib.ConfigError(f"{TF_CONFIG} is not valid JSON ({e}); e.g. {example}") from e
-  if not tf_config.get("cluster") or "type" not in tf_config.get("task", {}):
-    raise config_lib.ConfigError(
-        f"{TF_CONFIG} needs both 'cluster' and 'task' entries; e.g. {example}")
-  return tf_config
-
-
-def is_chief_task(tf_config):
-  """Whether TF_CONFIG's task is the chief: task 'chief', else worker 0."""
-  task = tf_config["task"]
-  if "chief" in tf_config["cluster"]:
-    return task["type"] == "chief"
-  return task["type"] == "worker" and int(task.get("index", 0)) == 0
-
-
-def writes_checkpoints(runtime):
-  """Whether this process writes the run's checkpoints: always, but on a non-chief worker."""
-  return runtime.strategy != "multi_worker" or is_chief_task(read_tf_config())
-
-
-def check_multi_worker_mode(runtime):
-  """Multi-worker runs only train: each worker evaluating would duplicate the work."""
-  if runtime.strategy == "multi_worker" and runtime.mode != "train":
-    raise config_lib.ConfigError(
-        f"--strategy=multi_worker needs --mode=train on every worker (not "
-        f"--mode={runtime.mode}); evaluate with one more process running --mode=eval "
-        f"--strategy=none on the same --model_dir, without {TF_CONFIG}")
-
-
-def make_strategy(name):
-  """The tf.distribute strategy for --strategy=mirrored or multi_worker."""
-  if name == "mirrored":
-    return tf.distribute.MirroredStrategy(devices=local_devices())
-  if name == "multi_worker":
-    read_tf_config()
-    return tf.distribute.MultiWorkerMirroredStrategy()
-  raise config_lib.ConfigError(
-      f"--strategy={name} is not one of {', '.join(config_lib.STRATEGIES)}")
-
-
-def check_replica_batches(train, strategy_name, num_replicas):
-  """Each replica gets an equal share of both global batches; else ConfigError."""
-  errors = config_lib.batch_share_errors(
-      train, num_replicas, f"the {num_replicas} replicas of --strategy={strategy_name}")
-  if errors:
-    raise config_lib.ConfigError(next(iter(errors.values())))
 
 
 def _session_config(strategy):
@@ -99,23 +29,23 @@ def _session_config(strategy):
                                   device_count={"CPU": len(cpus)})
 
 
-def build_distributed_estimator(config, params, model_fn):
-  """The DistributedEstimator for config.runtime.strategy.
+def build_strategy_estimator(config, params, model_fn):
+  """The StrategyEstimator for config.runtime.strategy.
 
   Raises:
     ConfigError: --strategy=multi_worker without --mode=train or a usable
       TF_CONFIG, or a batch that does not divide over the replicas.
   """
   t, r = config.train, config.runtime
-  check_multi_worker_mode(r)
-  strategy = make_strategy(r.strategy)
-  check_replica_batches(t, r.strategy, strategy.num_replicas_in_sync)
-  return DistributedEstimator(
-      model_fn, build_distributed_run_config(config, strategy), params,
+  strategies.check_multi_worker_mode(r)
+  strategy = strategies.make_strategy(r.strategy)
+  strategies.check_replica_batches(t, r.strategy, strategy.num_replicas_in_sync)
+  return StrategyEstimator(
+      model_fn, build_strategy_run_config(config, strategy), params,
       t.train_batch_size, t.eval_batch_size, warm_start_from=t.warm_start_from or None)
 
 
-def build_distributed_run_config(config, strategy):
+def build_strategy_run_config(config, strategy):
   """A stacks.estimator.RunConfig that trains (and evaluates) under strategy.
 
   Multi-worker runs evaluate in a separate --mode=eval job, without a strategy.
@@ -125,22 +55,12 @@ def build_distributed_run_config(config, strategy):
   return stacks.estimator.RunConfig(
       model_dir=r.model_dir,
       save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
-      keep_checkpoint_max=KEEP_CHECKPOINTS,
+      keep_checkpoint_max=tpu_estimator.KEEP_CHECKPOINTS,
       tf_random_seed=t.seed or None,
       log_step_count_steps=r.iterations_per_loop,
       train_distribute=strategy,
       eval_distribute=eval_strategy,
       session_config=_session_config(strategy))
-
-
-def call_model_fn(model_fn, features, labels, mode, params, config=None):
-  """Calls model_fn with the arguments its signature names, as TPUEstimator does."""
-  accepted = inspect.signature(model_fn).parameters
-  kwargs = {"params": params}
-  for name, value in (("labels", labels), ("mode", mode), ("config", config)):
-    if name in accepted:
-      kwargs[name] = value
-  return model_fn(features, **kwargs)
 
 
 def _is_first_local_replica():
@@ -181,7 +101,7 @@ def as_estimator_model_fn(model_fn, batch_sizes):
       # Like the Estimator's own summaries: other workers write beside model_dir.
       params["model_dir"] = os.path.join(
           params["model_dir"], f"tmp_{config.task_type}_{config.task_id}")
-    spec = call_model_fn(model_fn, features, labels, mode, params, config)
+    spec = calls.call_model_fn(model_fn, features, labels, mode, params, config)
     if not isinstance(spec, stacks.tpu.TPUEstimatorSpec):
       return spec
     if spec.host_call is not None and not _is_first_local_replica():
@@ -223,7 +143,7 @@ def _quiet(method):
   return quiet_method
 
 
-class DistributedEstimator:
+class StrategyEstimator:
   """An Estimator under a tf.distribute strategy that takes TPUEstimator input_fns.
 
   Input_fns get params['batch_size'] = global batch / replicas, like the
@@ -258,8 +178,9 @@ class DistributedEstimator:
       return self
     if steps is not None or max_steps is None:
       raise ValueError("--strategy=multi_worker trains to max_steps, not for steps")
-    if self._trained_to is not None and not is_chief_task(read_tf_config()):
-      wait_for_checkpoint(self.estimator.model_dir, self._trained_to)
+    chief = strategies.is_chief_task(strategies.read_tf_config())
+    if self._trained_to is not None and not chief:
+      strategies.wait_for_checkpoint(self.estimator.model_dir, self._trained_to)
     # Estimator.train refuses TF_CONFIG clusters; train_and_evaluate runs the
     # distribute coordinator, which trains a copy configured for this worker.
     stacks.estimator.train_and_evaluate(
@@ -281,31 +202,3 @@ class DistributedEstimator:
                                   predict_keys=predict_keys, hooks=hooks,
                                   checkpoint_path=checkpoint_path,
                                   yield_single_examples=yield_single_examples)
-
-
-def checkpoint_step(model_dir):
-  """The global step of the latest checkpoint in model_dir, or -1 when there is none."""
-  checkpoint = tf.train.latest_checkpoint(model_dir)
-  if not checkpoint:
-    return -1
-  return int(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
-
-
-def wait_for_checkpoint(model_dir, step, timeout_secs=CHIEF_CHECKPOINT_TIMEOUT_SECS):
-  """Blocks until the chief's checkpoint in model_dir reaches step.
-
-  A resumed multi-worker session must restore the same checkpoint on every
-  worker: a worker that initializes instead waits forever for the chief's
-  initial values (tensorflow/tensorflow#45839). The chief writes its last
-  checkpoint as a session ends, so the other workers wait for it.
-
-  Raises:
-    RuntimeError: no such checkpoint within timeout_secs.
-  """
-  deadline = time.time() + timeout_secs
-  while checkpoint_step(model_dir) < step:
-    if time.time() > deadline:
-      raise RuntimeError(
-          f"the chief's checkpoint in --model_dir={model_dir} did not reach step {step} "
-          f"in {timeout_secs}s; every worker needs the same --model_dir (e.g. gs://...)")
-    time.sleep(0.5)

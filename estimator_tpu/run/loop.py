@@ -8,11 +8,11 @@ import time
 import tensorflow as tf
 
 from estimator_tpu.data import input_pipeline
-from estimator_tpu.training import checkpoints
-from estimator_tpu.training import curves
-from estimator_tpu.training import determinism
-from estimator_tpu.training import preemption
-from estimator_tpu.training import strategy_estimator
+from estimator_tpu.engines import strategies
+from estimator_tpu.run import checkpoints
+from estimator_tpu.run import curves
+from estimator_tpu.run import determinism
+from estimator_tpu.run import preemption
 
 PREFIX = "[estimator_tpu]"
 POLL_SECS = 1  # how often continuous evaluation looks for a new checkpoint
@@ -197,7 +197,7 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
   t, r = config.train, config.runtime
   watch = watch or preemption.Watch()
   train_hooks, eval_hooks = [watch.hook(), *hooks], [watch.eval_hook(), *hooks]
-  step = resume_step(r.model_dir, fix=strategy_estimator.writes_checkpoints(r))
+  step = resume_step(r.model_dir, fix=strategies.writes_checkpoints(r))
   if step:
     say(f"resuming from step {step} in {r.model_dir}")
   if step >= t.train_steps:

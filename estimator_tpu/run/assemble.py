@@ -4,9 +4,9 @@
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import data_dir
-from estimator_tpu.training import checkpoints
-from estimator_tpu.training import tpu_estimator as estimator_lib
-from estimator_tpu.training import user_model_fn
+from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.model import user_model_fn
+from estimator_tpu.run import checkpoints
 
 
 def resolve_data(config, need_train, need_eval):

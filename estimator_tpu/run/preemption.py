@@ -6,7 +6,7 @@ loop passes to every train() and evaluate() call act on it:
 
 - training (`StopOnSignalHook`) asks the MonitoredSession to stop after the
   step (the iterations_per_loop loop, on a TPU and with --host_loop:
-  training/host_loop.py) in flight; the Estimator's own
+  engines/host_loop.py) in flight; the Estimator's own
   CheckpointSaverHook then saves at that step, as any run's end does, and
   tells `SavedListener` it has;
 - evaluation (`StopEvaluationHook`) ends the evaluation in flight at once by

@@ -11,9 +11,9 @@ from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.export import contract
-from estimator_tpu.training import metrics
-from estimator_tpu.training import networks
-from estimator_tpu.training import optimization
+from estimator_tpu.model import metrics
+from estimator_tpu.model import networks
+from estimator_tpu.model import optimization
 
 ModeKeys = stacks.ModeKeys
 

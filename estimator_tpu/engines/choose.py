@@ -1,11 +1,12 @@
-"""build_estimator(config): the TPUEstimator, or an Estimator with a tf.distribute strategy.
+"""The one place that chooses the engine: build_estimator(config) for train.py, and for programs.
 
---strategy=none (the default) gives a TPUEstimator: the model_fn runs on the
-host CPU/GPU, or with --use_tpu on every TPU core. --strategy=mirrored (all
-local GPUs) and --strategy=multi_worker (a TF_CONFIG cluster) give a plain
-stacks.estimator.Estimator, because TPUEstimator cannot take a
-strategy. Both run the same TPUEstimator model_fn and input_fns, and both
-offer train/evaluate/predict, so loop.py does not know which it drives.
+--engine=estimator with --strategy=none (the default) gives TPUEstimator
+(engines/tpu_estimator.py): the model_fn runs on the host CPU/GPU, or with
+--use_tpu on every TPU core. With --strategy=mirrored or multi_worker it gives
+the Estimator under that strategy (engines/strategy_estimator.py), because
+TPUEstimator cannot take one. --engine=distribute gives the tf.distribute
+engine (engines/distribute/). All offer train/evaluate/predict, so the run's
+loop does not know which it drives.
 """
 
 import logging
@@ -15,60 +16,25 @@ import tensorflow as tf
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
-from estimator_tpu.training import device_augmentation
-from estimator_tpu.training import distribute_engine
-from estimator_tpu.training import host_loop
-from estimator_tpu.training import model_fn as model_fn_lib
-from estimator_tpu.training import strategy_estimator
+from estimator_tpu.engines import host_loop
+from estimator_tpu.engines import strategies
+from estimator_tpu.engines import strategy_estimator
+from estimator_tpu.engines import tpu_estimator
+from estimator_tpu.engines.distribute import engine as distribute_engine
+from estimator_tpu.model import device_augmentation
+from estimator_tpu.model import model_fn as model_fn_lib
 
-KEEP_CHECKPOINTS = strategy_estimator.KEEP_CHECKPOINTS
+KEEP_CHECKPOINTS = tpu_estimator.KEEP_CHECKPOINTS
+tpu_cluster_resolver = tpu_estimator.tpu_cluster_resolver
+build_run_config = tpu_estimator.build_run_config
+build_params = tpu_estimator.build_params
 
 log = logging.getLogger("estimator_tpu")
 
 
-def tpu_cluster_resolver(runtime):
-  """The TPUClusterResolver for --tpu/--tpu_zone/--gcp_project (TPU runs only)."""
-  return tf.distribute.cluster_resolver.TPUClusterResolver(
-      tpu=runtime.tpu or None, zone=runtime.tpu_zone or None,
-      project=runtime.gcp_project or None)
-
-
-def build_run_config(config, resolver_fn=tpu_cluster_resolver):
-  """The stacks.estimator.tpu.RunConfig for config.
-
-  Args:
-    config: a validated Config.
-    resolver_fn: runtime -> cluster resolver; called only with --use_tpu
-      (tests pass a stub).
-  """
-  t, r = config.train, config.runtime
-  cluster = resolver_fn(r) if r.use_tpu else None
-  return stacks.tpu.RunConfig(
-      cluster=cluster,
-      model_dir=r.model_dir,
-      save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
-      keep_checkpoint_max=KEEP_CHECKPOINTS,
-      tf_random_seed=t.seed or None,
-      log_step_count_steps=r.iterations_per_loop,
-      tpu_config=stacks.tpu.TPUConfig(
-          iterations_per_loop=r.iterations_per_loop,
-          num_shards=r.num_cores if r.use_tpu else None,
-          experimental_host_call_every_n_steps=t.summary_every_n_steps,
-          per_host_input_for_training=(
-              stacks.tpu.InputPipelineConfig.PER_HOST_V2)))
-
-
-def build_params(config, class_names=None):
-  """config.to_params() plus the class names (basic Python types only)."""
-  params = config.to_params()
-  if class_names:
-    params["class_names"] = [str(name) for name in class_names]
-  return params
-
-
 def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
                     resolver_fn=tpu_cluster_resolver):
-  """The estimator for config: TPUEstimator, or DistributedEstimator with --strategy.
+  """The engine for config: TPUEstimator, StrategyEstimator or DistributeEngine.
 
   Args:
     config: a validated Config whose data section is resolved
@@ -83,29 +49,17 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
     ConfigError: --strategy=multi_worker without a usable TF_CONFIG, or a
       batch that does not divide over the replicas.
   """
-  t, r = config.train, config.runtime
+  r = config.runtime
   if r.use_bfloat16 and not r.use_tpu:
     log.warning("--use_bfloat16 applies only on TPU; computing in float32 here")
   params = build_params(config, class_names)
   user_model_fn = model_fn
   model_fn = device_augmentation.with_device_augmentation(model_fn)
-  warm_start = t.warm_start_from or None
   if r.engine == "distribute":
     return build_distribute_engine(config, params, model_fn, resolver_fn, user_model_fn)
   if r.strategy != "none":
-    return strategy_estimator.build_distributed_estimator(config, params, model_fn)
-  return host_loop.TPUEstimator(
-      model_fn=model_fn,
-      config=build_run_config(config, resolver_fn),
-      params=params,
-      use_tpu=r.use_tpu,
-      host_loop=r.host_loop,
-      train_batch_size=t.train_batch_size,
-      eval_batch_size=t.eval_batch_size,
-      predict_batch_size=t.eval_batch_size,
-      eval_on_tpu=r.eval_on_tpu,
-      export_to_tpu=False,
-      warm_start_from=warm_start)
+    return strategy_estimator.build_strategy_estimator(config, params, model_fn)
+  return tpu_estimator.build_tpu_estimator(config, params, model_fn, resolver_fn)
 
 
 # TPU generations that TensorFlow reaches only through PJRT (no stream-executor runtime).
@@ -140,6 +94,31 @@ def resolve_engine(runtime, environ=os.environ):
   return "estimator", "--engine=auto"
 
 
+ENGINE_ENV = "ESTIMATOR_TPU_ENGINE"  # how a program chooses
+_ENGINES = ("estimator", "distribute", "auto")
+
+
+def chosen_engine(use_tpu, environ=os.environ):
+  """'estimator' or 'distribute' for a program's TPUEstimator, from ESTIMATOR_TPU_ENGINE."""
+  engine = environ.get(ENGINE_ENV, "auto").strip().lower() or "auto"
+  if engine not in _ENGINES:
+    raise ValueError(f"{ENGINE_ENV}={environ[ENGINE_ENV]!r} is not one of {', '.join(_ENGINES)}")
+  if engine == "auto":
+    return "distribute" if pjrt_tpu_environment(use_tpu, "", environ) else "estimator"
+  return engine
+
+
+def program_strategy(use_tpu, run_config):
+  """The distribute engine's strategy for a program's TPUEstimator(use_tpu, config)."""
+  if use_tpu:
+    resolver = run_config.cluster or tf.distribute.cluster_resolver.TPUClusterResolver("local")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+  gpus = tf.config.list_logical_devices("GPU")
+  return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+
+
 def make_strategy(config, resolver_fn=tpu_cluster_resolver):
   """The strategy of the distribute engine: TPUStrategy, --strategy's, or the default one."""
   r = config.runtime
@@ -149,15 +128,15 @@ def make_strategy(config, resolver_fn=tpu_cluster_resolver):
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
   if r.strategy != "none":
-    strategy_estimator.check_multi_worker_mode(r)
-    return strategy_estimator.make_strategy(r.strategy)
+    strategies.check_multi_worker_mode(r)
+    return strategies.make_strategy(r.strategy)
   gpus = tf.config.list_logical_devices("GPU")
   return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
 
 
 def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_resolver,
                             export_model_fn=None):
-  """The DistributeEstimator for config (--engine=distribute).
+  """The DistributeEngine for config (--engine=distribute).
 
   Its SavedModel is exported by build_estimator(export_model_fn) off TPU,
   from the engine's checkpoint.
@@ -175,10 +154,10 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
   strategy = make_strategy(config, resolver_fn)
   replicas = strategy.num_replicas_in_sync
   if replicas > 1:
-    strategy_estimator.check_replica_batches(t, r.strategy if not r.use_tpu else "tpu", replicas)
+    strategies.check_replica_batches(t, r.strategy if not r.use_tpu else "tpu", replicas)
   export_config = config.replace("runtime", use_tpu=False, strategy="none", engine="estimator",
                                  jit_compile=False)
-  return distribute_engine.DistributeEstimator(
+  return distribute_engine.DistributeEngine(
       model_fn, params, strategy, r.model_dir, t.train_batch_size, t.eval_batch_size,
       use_tpu=r.use_tpu, iterations_per_loop=r.iterations_per_loop,
       save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
@@ -189,9 +168,9 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
 
 def describe_engine(estimator, runtime):
   """'distribute (MirroredStrategy, 2 replicas)' or 'estimator (TPUEstimator on CPU/GPU)'."""
-  if isinstance(estimator, distribute_engine.DistributeEstimator):
+  if isinstance(estimator, distribute_engine.DistributeEngine):
     return f"distribute ({estimator.describe()})"
-  if isinstance(estimator, strategy_estimator.DistributedEstimator):
+  if isinstance(estimator, strategy_estimator.StrategyEstimator):
     strategy = estimator.config.train_distribute
     return (f"estimator (Estimator, {type(strategy).__name__}, "
             f"{strategy.num_replicas_in_sync} replicas)")

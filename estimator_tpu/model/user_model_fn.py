@@ -7,8 +7,8 @@ from tensorflow.python.util import function_utils
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import schema
-from estimator_tpu.training import metrics
-from estimator_tpu.training import model_fn as model_fn_lib
+from estimator_tpu.model import metrics
+from estimator_tpu.model import model_fn as model_fn_lib
 
 COUNT_METRIC = "num_eval_examples"
 _WEIGHT_TENSOR = "estimator_tpu_eval_weight"

@@ -37,13 +37,14 @@ import tensorflow as tf
 from tensorflow.python.ops import summary_ops_v2
 
 from estimator_tpu import stacks
-from estimator_tpu.training import distribute_hooks
-from estimator_tpu.training import optimizer_rules
-from estimator_tpu.training import strategy_estimator
-from estimator_tpu.training import tf1_variables
+from estimator_tpu.engines import calls
+from estimator_tpu.engines import tpu_estimator
+from estimator_tpu.engines.distribute import hooks as distribute_hooks
+from estimator_tpu.engines.distribute import optimizer_rules
+from estimator_tpu.engines.distribute import variables as tf1_variables
 
 ModeKeys = stacks.ModeKeys
-KEEP_CHECKPOINTS = strategy_estimator.KEEP_CHECKPOINTS
+KEEP_CHECKPOINTS = tpu_estimator.KEEP_CHECKPOINTS
 SAVE_AT_END = 2 ** 62  # save_checkpoints_steps of a run that checkpoints when train() ends
 CHECKPOINT_NAME = "model.ckpt"
 EVAL_DIR = "eval"
@@ -60,7 +61,7 @@ class HostContext:
 
 def _call_model_fn(model_fn, features, labels, mode, params, config):
   """The model_fn's spec; what a session-free engine cannot run is refused by name."""
-  spec = strategy_estimator.call_model_fn(model_fn, features, labels, mode, params, config)
+  spec = calls.call_model_fn(model_fn, features, labels, mode, params, config)
   scaffold = getattr(spec, "scaffold", None)
   if getattr(spec, "scaffold_fn", None) is not None:
     # Called here, in the trace: its init_from_checkpoint and Saver are recorded
@@ -103,7 +104,7 @@ def _host_call_ops(host_call):
   return [x for x in tf.nest.flatten(result) if isinstance(x, (tf.Tensor, tf.Operation))]
 
 
-class DistributeEstimator:
+class DistributeEngine:
   """Runs a TPUEstimator model_fn and its input_fns in tf.functions under `strategy`.
 
   Args:

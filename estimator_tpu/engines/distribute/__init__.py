@@ -1,0 +1,1 @@
+"""The tf.distribute engine: the TPUEstimator contract in tf.functions under a strategy."""

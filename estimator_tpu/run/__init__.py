@@ -1,0 +1,1 @@
+"""The run around an engine: assembly, the loop, checkpoints, preemption, curves, determinism."""

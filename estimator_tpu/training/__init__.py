@@ -1,1 +1,0 @@
-"""Training: networks, model_fn, metrics, optimization, the estimators, the loop, curves."""
