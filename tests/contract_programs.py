@@ -1,0 +1,50 @@
+"""Runs a program of examples/legacy_corpus/contract/ on each engine and reads what it wrote.
+
+Each contract program is a small TF 1 TPUEstimator program (only its import
+line changed, as the rest of the corpus) that exercises one piece of the
+TPUEstimator contract and writes what it observed as JSON to `--results=PATH`
+(evaluate()'s dict, predictions, what a hook saw, ...). The tests run it once
+with ESTIMATOR_TPU_ENGINE=estimator and once with =distribute and compare.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import program_env
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONTRACT = os.path.join(REPO, "examples", "legacy_corpus", "contract")
+ENGINES = ("estimator", "distribute")
+
+
+def run(program, engine, work_dir, *args, timeout=300, **env):
+  """Runs CONTRACT/program on engine in work_dir/engine; returns (results dict, stdout, stderr).
+
+  Args:
+    program: a file name under examples/legacy_corpus/contract/.
+    engine: "estimator" or "distribute" (ESTIMATOR_TPU_ENGINE).
+    work_dir: a directory; the run gets --model_dir=work_dir/engine/model and
+      --results=work_dir/engine/results.json.
+    *args: more flags for the program.
+    timeout: seconds.
+    **env: more environment variables (e.g. ESTIMATOR_TPU_STRATEGY="mirrored").
+  """
+  run_dir = os.path.join(str(work_dir), engine)
+  os.makedirs(run_dir, exist_ok=True)
+  results_path = os.path.join(run_dir, "results.json")
+  done = subprocess.run(
+      [sys.executable, os.path.join(CONTRACT, program),
+       f"--model_dir={os.path.join(run_dir, 'model')}", f"--results={results_path}", *args],
+      cwd=REPO, capture_output=True, text=True, timeout=timeout,
+      env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE=engine, **env))
+  assert done.returncode == 0, (f"{program} on {engine} exited {done.returncode}\n"
+                                + done.stdout[-2000:] + done.stderr[-4000:])
+  with open(results_path) as f:
+    return json.load(f), done.stdout, done.stderr
+
+
+def run_both(program, work_dir, *args, **kwargs):
+  """{engine: results} of program on both engines, same flags."""
+  return {engine: run(program, engine, work_dir, *args, **kwargs)[0] for engine in ENGINES}
