@@ -429,21 +429,24 @@ class DistributeEngine:
     return function, function.step_trace
 
   def _hook_runner(self, mode, hooks, trace, iterator, original_fetches):
-    """The HookRunner of one call: the hooks given, then the model_fn's (the Estimator's order)."""
-    spec_hooks, plan = distribute_hooks.take_over(
-        distribute_hooks.model_fn_hooks(trace.spec, mode), self.model_dir)
-    if plan.listeners or plan.profiling or plan.every_steps or plan.every_secs:
+    """(HookRunner of one call: the hooks given and the model_fn's in the Estimator's order,
+    the SavingPlan of the checkpoint savers and profilers among them)."""
+    hooks, plan = distribute_hooks.take_over(
+        distribute_hooks.in_estimator_order(mode, hooks, trace.spec), self.model_dir)
+    if mode != ModeKeys.TRAIN and (plan.listeners or plan.profiling or plan.every_steps
+                                   or plan.every_secs):
       raise distribute_hooks.UnsupportedHookError(
-          "the model_fn returned a CheckpointSaverHook or a ProfilerHook: give it to train(hooks=) "
-          "under --engine=distribute, which saves and profiles between its loops")
+          f"a CheckpointSaverHook or a ProfilerHook is among the {mode} hooks: "
+          "--engine=distribute saves and profiles in training only, between its loops")
 
     def next_batch():
       element = next(iterator)
       return [self.strategy.experimental_local_results(t)[0] for t in tf.nest.flatten(element)]
 
     return distribute_hooks.HookRunner(
-        [*hooks, *spec_hooks], trace, self._store.variables, advances=mode == ModeKeys.TRAIN,
-        original_fetches=original_fetches, next_batch=next_batch, scope=self._store.scope)
+        hooks, trace, self._store.variables, advances=mode == ModeKeys.TRAIN,
+        original_fetches=original_fetches, next_batch=next_batch,
+        scope=self._store.scope), plan
 
   def _run_host_call(self, fn, tensors):
     """host_call fn on the host, over the replicas' tensors concatenated on axis 0."""
@@ -461,14 +464,15 @@ class DistributeEngine:
       return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners):
-    hooks, plan = distribute_hooks.take_over(hooks or [], self.model_dir)
+    iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
+    args = (iterator, tf.TensorSpec([], tf.int32))
+    _, trace = self._step_function(ModeKeys.TRAIN, self._train_function, args,
+                                   fresh=True)  # makes the variables
+    runner, plan = self._hook_runner(ModeKeys.TRAIN, hooks or [], trace, iterator,
+                                     [trace.spec.train_op, trace.spec.loss])
     listeners = [*(saving_listeners or []), *plan.listeners]
     save_steps = min(self._save_steps, plan.every_steps or self._save_steps)
     save_secs = min(x for x in (self._save_secs, plan.every_secs, float("inf")) if x)
-    iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
-    args = (iterator, tf.TensorSpec([], tf.int32))
-    function, trace = self._step_function(ModeKeys.TRAIN, self._train_function, args,
-                                          fresh=True)  # makes the variables
     fresh = self._restore() is None
     self._locals.reset(self._store, self.strategy)
     step = self._global_step()
@@ -476,8 +480,6 @@ class DistributeEngine:
         step + steps if steps is not None else float("inf"))
     if step >= last:
       return self
-    runner = self._hook_runner(ModeKeys.TRAIN, hooks, trace, iterator,
-                               [trace.spec.train_op, trace.spec.loss])
     for listener in listeners:
       listener.begin()
     runner.begin()
@@ -598,15 +600,15 @@ class DistributeEngine:
     """One pass: {metric: value, 'loss', 'global_step'}; written to model_dir/eval."""
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.EVAL))
-      function, trace = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,),
-                                            fresh=True)
+      _, trace = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,),
+                                     fresh=True)
       path = self._restore(checkpoint_path)
     if path is None:
       raise ValueError(f"no checkpoint in {self.model_dir} to evaluate: train first")
     self._locals.reset(self._store, self.strategy)
     step = self._global_step()
     updates = [pair[1] for pair in (getattr(trace.spec, "eval_metric_ops", None) or {}).values()]
-    runner = self._hook_runner(ModeKeys.EVAL, hooks or [], trace, iterator, updates or None)
+    runner = self._hook_runner(ModeKeys.EVAL, hooks or [], trace, iterator, updates or None)[0]
     runner.begin()
     runner.after_create_session(step)
     metrics = None
@@ -655,14 +657,14 @@ class DistributeEngine:
     """Yields the model_fn's predictions, per example (or per batch)."""
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.PREDICT))
-      function, trace = self._step_function(ModeKeys.PREDICT, self._predict_function,
-                                            (iterator,), fresh=True)
+      _, trace = self._step_function(ModeKeys.PREDICT, self._predict_function, (iterator,),
+                                     fresh=True)
       if self._restore(checkpoint_path) is None:
         raise ValueError(f"no checkpoint in {self.model_dir} to predict with: train first")
     self._locals.reset(self._store, self.strategy)
     step = self._global_step()
     runner = self._hook_runner(ModeKeys.PREDICT, hooks or [], trace, iterator,
-                               trace.spec.predictions)
+                               trace.spec.predictions)[0]
     runner.begin()
     runner.after_create_session(step)
     batch = {}

@@ -29,6 +29,7 @@ refused by name.
 
 import contextlib
 import dataclasses
+import logging
 import os
 
 import numpy as np
@@ -104,6 +105,43 @@ def model_fn_hooks(spec, mode):
   return list(getattr(spec, "prediction_hooks", ()) or ())
 
 
+def in_estimator_order(mode, given, spec):
+  """The hooks of one call, in the order the Estimator runs them (estimator.py).
+
+  Training: the model_fn's training_chief_hooks (the chief's come first),
+  the hooks given to train(), the Estimator's NanTensorHook on the loss
+  (a NaN loss stops training with NanLossDuringTrainingError), then the
+  model_fn's training_hooks. Evaluation and prediction: the hooks given,
+  then the model_fn's.
+  """
+  if mode != stacks.ModeKeys.TRAIN:
+    return [*given, *model_fn_hooks(spec, mode)]
+  return [*getattr(spec, "training_chief_hooks", ()), *given,
+          tf.compat.v1.train.NanTensorHook(spec.loss), *getattr(spec, "training_hooks", ())]
+
+
+class _GraphExportFilter(logging.Filter):
+  """Drops TF's warnings about collections of the engine's variables it cannot serialize.
+
+  A hook's FileWriter writes the step's graph (as the Estimator's writes
+  its graph); the engine's variables, made outside the graph, are in its
+  collections and are left out of the written meta graph.
+  """
+
+  def filter(self, record):
+    return not record.getMessage().startswith("Issue encountered when serializing")
+
+
+@contextlib.contextmanager
+def _quiet_graph_export():
+  logger, quiet = tf.get_logger(), _GraphExportFilter()
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
+
+
 @dataclasses.dataclass
 class _Request:
   """What one hook asked for at one step."""
@@ -144,7 +182,7 @@ class HookRunner:
 
   def begin(self):
     self._trace.seal()
-    with self._trace.as_default(self._scope):
+    with self._trace.as_default(self._scope), _quiet_graph_export():
       for hook in self.hooks:
         hook.begin()
       self.carried.update(known_hooks.candidates(self.hooks, self._trace, self._variables))
