@@ -261,6 +261,8 @@ class DistributeEngine:
     with step_trace.model_scope(), self._store.scope(), \
         optimizer_rules.applied(self.strategy), warnings.catch_warnings():
       warnings.filterwarnings("ignore", message=".*layer.updates.*")
+      # TF 1 summary ops traced in a function: their values reach hooks (SummarySaverHook).
+      warnings.filterwarnings("ignore", message="Cannot activate TF2 compatibility support")
       tf.compat.v1.train.get_or_create_global_step()
       spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
                             self.config)

@@ -62,6 +62,9 @@ def _leaf(fetch, graph, variables):
     fetch = (container() if callable(container) else None) or fetch
     if fetch is step_variable:
       return Leaf(STEP)
+    parent = getattr(fetch, "_parent_op", None)
+    if parent is not None:  # what a train_op is under a strategy (TF 1's was an Operation)
+      return Leaf(OP, parent.name)
     name = _variable_name(fetch, variables)
     return Leaf(VARIABLE, name, fetch.dtype.base_dtype, tuple(fetch.shape.as_list()))
   if isinstance(fetch, tf.Operation):

@@ -41,6 +41,7 @@ from estimator_tpu.engines.distribute import fetches as fetches_lib
 from estimator_tpu.engines.distribute import known_hooks
 from estimator_tpu.engines.distribute import profiling
 from estimator_tpu.engines.distribute import step_session
+from estimator_tpu.engines.distribute import step_trace
 
 _CheckpointSaverHook = tf.compat.v1.train.CheckpointSaverHook
 
@@ -185,6 +186,7 @@ class HookRunner:
     with self._trace.as_default(self._scope), _quiet_graph_export():
       for hook in self.hooks:
         hook.begin()
+      step_trace.finalize_summary_op(self._trace, training=self._advances)
       self.carried.update(known_hooks.candidates(self.hooks, self._trace, self._variables))
 
   def after_create_session(self, step):

@@ -5,10 +5,10 @@ asks a session for FULL_TRACE run metadata every N steps (or S seconds)
 and writes it as a Chrome trace, `timeline-<step>.json`. A tf.function
 gives no step stats; the engine profiles the same steps with TensorFlow's
 profiler instead: the step the hook's timer picks runs as a call of its own
-under `tf.profiler.experimental`, which writes a TensorBoard profile
-(`output_dir/plugins/profile/<run>/<host>.xplane.pb`, TensorBoard's Profile
-tab) in place of the Chrome trace. The first step is never profiled, as
-the hook's is not.
+under `tf.profiler.experimental`, which writes a TensorBoard profile in
+place of the Chrome trace: `output_dir/timeline-<step>/plugins/profile/
+<run>/<host>.xplane.pb`, a run TensorBoard's Profile tab shows when pointed
+at output_dir. The first step is never profiled, as the hook's is not.
 """
 
 import tensorflow as tf
@@ -19,11 +19,7 @@ class Profiling:
 
   def __init__(self, hooks):
     self._hooks = list(hooks)
-    self._started = False
     self._first = None
-
-  def _directory(self, hook):
-    return tf.io.gfile.join(*hook._output_file.split("timeline-{}.json")[:1]) or "."  # pylint: disable=protected-access
 
   def due(self, step):
     """The ProfilerHooks whose timer picks the step after global step `step`."""
@@ -47,7 +43,8 @@ class Profiling:
 
   def profile(self, hooks, step, run):
     """Runs run() (one step, from global step `step`) under the profiler of each due hook."""
-    directory = self._directory(hooks[0])
+    # The hook's timeline-<step>.json, as a directory holding the profile.
+    directory = hooks[0]._output_file.format(step + 1)[:-len(".json")]  # pylint: disable=protected-access
     tf.profiler.experimental.start(directory)
     try:
       result = run()

@@ -108,6 +108,24 @@ class StepTrace:
     return pruning.Pruned(self.graph, fetches, feeds=self.inputs)
 
 
+def finalize_summary_op(trace, training):
+  """The spec's Scaffold gets the summary op its finalize() would give it (a hook may use it).
+
+  The Estimator adds a `loss` scalar summary when training, unless the
+  model_fn made one, then the MonitoredSession finalizes the spec's
+  Scaffold, whose summary_op becomes the merge of every summary. Call with
+  trace.as_default().
+  """
+  scaffold = getattr(trace.spec, "scaffold", None)
+  if scaffold is None or scaffold.summary_op is not None:
+    return
+  summaries = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
+  if training and not any(s.op.name == "loss" for s in summaries):
+    with trace.graph.name_scope(None):
+      tf.compat.v1.summary.scalar("loss", trace.spec.loss)
+  scaffold._summary_op = tf.compat.v1.summary.merge_all()  # pylint: disable=protected-access
+
+
 def _global_step_read(graph):
   """The global step's read tensor hooks share (`_get_or_create_global_step_read()`).
 
