@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -135,10 +136,14 @@ class _GraphExportFilter(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_graph_export():
+  """Hooks' begin() in the step's graph, without TF's complaints about the engine's own parts."""
   logger, quiet = tf.get_logger(), _GraphExportFilter()
   logger.addFilter(quiet)
   try:
-    yield
+    with warnings.catch_warnings():
+      # TF 1 summary ops made in a function's graph (the Scaffold's summary op).
+      warnings.filterwarnings("ignore", message="Cannot activate TF2 compatibility support")
+      yield
   finally:
     logger.removeFilter(quiet)
 
