@@ -5,7 +5,7 @@
 A TPUEstimator (use_tpu=False, 3 iterations per loop) whose model_fn returns,
 with its TPUEstimatorSpec (or, with --spec=estimator, an EstimatorSpec, which
 TPUEstimator takes off TPU), hooks built on the tensors it made: a
-LoggingTensorHook of the loss and the global step, a SummarySaverHook of
+LoggingTensorHook of the loss and the labels' mean, a SummarySaverHook of
 the model's summaries (its summary_op; with --spec=estimator the spec's
 Scaffold's, which the estimator merges), a FinalOpsHook of the weights, and
 the program's own hook fetching tensors and the train op. Everything the
@@ -115,7 +115,7 @@ def model_fn(features, labels, mode, params):
                if scaffold else
                tf.train.SummarySaverHook(save_steps=3, output_dir=FLAGS.model_dir +
                                          "/hook_summaries", summary_op=tf.summary.merge_all()))
-  hooks = [tf.train.LoggingTensorHook({"loss": loss, "step": step}, every_n_iter=2,
+  hooks = [tf.train.LoggingTensorHook({"loss": loss, "mean_label": pair[1]}, every_n_iter=2,
                                       formatter=Formatter("train_logging")),
            summaries, RecordingFinalOps({"weights": tf.identity(weights), "bias": bias}),
            Recording("train", {"loss": loss, "train_op": train_op,
