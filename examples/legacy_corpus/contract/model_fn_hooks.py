@@ -107,7 +107,7 @@ def model_fn(features, labels, mode, params):
                                         formatter=Formatter("evaluate_logging"))]
     return spec(mode, loss=loss, evaluation_hooks=hooks)
   step = tf.train.get_global_step()
-  pair = (tf.reduce_sum(weights), tf.reduce_mean(labels))
+  pair = (tf.reduce_sum(predictions), tf.reduce_mean(labels))  # read before the update
   train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
   scaffold = tf.train.Scaffold() if FLAGS.spec == "estimator" else None
   summaries = (tf.train.SummarySaverHook(save_steps=3, output_dir=FLAGS.model_dir +
