@@ -146,6 +146,7 @@ def test_eval_metric_ops_of_an_estimator_spec_give_the_estimators_dict(tmp_path)
 def _two_replica_child(model_dir):
   """evaluate() of eval_metric_ops.py's model on two replicas, from model_dir's checkpoint."""
   import importlib.util
+
   import tensorflow as tf
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
