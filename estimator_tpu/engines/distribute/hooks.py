@@ -185,6 +185,7 @@ class HookRunner:
     self.session = step_session.EngineSession(trace, variables, next_batch, twin)
     self._coord = tf.compat.v1.train.Coordinator()
     self.carried = {}  # {key: Leaf} every step of a loop carries out
+    self._resolved = {}  # what each hook's fetches resolved to
 
   def begin(self):
     self._trace.seal()
@@ -219,13 +220,13 @@ class HookRunner:
       UnsupportedHookError: a hook feeds, asks for run options, or asked at a
         step after a loop's first for a tensor the loop did not carry.
     """
-    context, requests = self._before_run(step)
+    context, requests = self._before_run(step, current=True)  # before the loop runs
     for request in requests:
       self.carried.update(fetches_lib.flat_keys(request.leaves))
     results = run_fn(dict(self.carried))
     for index in range(count):
       if index:
-        context, requests = self._before_run(step + index)
+        context, requests = self._before_run(step + index, current=False)
         self._check_carried(requests, step, step + index, count)
       self._after_run(context, requests, step + index, results, index, index == count - 1)
       if context.stop_requested or self._coord.should_stop():
@@ -242,8 +243,8 @@ class HookRunner:
     self.session.where = where
     self.session.state_current = current
 
-  def _before_run(self, step):
-    self._at(step, f"before_run of step {step}", current=False)
+  def _before_run(self, step, current):
+    self._at(step, f"before_run of step {step}", current=current)
     context = tf.compat.v1.train.SessionRunContext(self._original, self.session)
     requests = []
     for hook in self.hooks:
@@ -261,11 +262,16 @@ class HookRunner:
                     "tf.compat.v1.train.ProfilerHook is done by the engine's profiler")
     if asked.fetches is None:
       return None
-    try:
-      with self._trace.as_default(self._scope):
-        return fetches_lib.resolve(asked.fetches, self._trace.graph, self._variables)
-    except fetches_lib.FetchError as error:
-      raise refusal(hook, f"asks to fetch something the engine cannot give: {error}") from None
+    # A hook asks for the same things step after step: resolved once per set of elements.
+    key = (id(hook), repr(tf.nest.map_structure(lambda _: None, asked.fetches)),
+           tuple(x if isinstance(x, str) else id(x) for x in tf.nest.flatten(asked.fetches)))
+    if key not in self._resolved:
+      try:
+        self._resolved[key] = fetches_lib.resolve(asked.fetches, self._trace.graph,
+                                                  self._variables)
+      except fetches_lib.FetchError as error:
+        raise refusal(hook, f"asks to fetch something the engine cannot give: {error}") from None
+    return self._resolved[key]
 
   def _check_carried(self, requests, first, step, count):
     for request in requests:
