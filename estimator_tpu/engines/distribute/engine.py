@@ -75,26 +75,6 @@ def _call_model_fn(model_fn, features, labels, mode, params, config):
   return spec
 
 
-def _carrying_name(name, carry):
-  """The function cache's name of a step function carrying carry = (leaves, source trace)."""
-  if not carry:
-    return name
-  leaves, source = carry
-  return (name, source.number, *sorted(leaves))
-
-
-def _first_replica_steps(strategy, carried):
-  """{key: the first replica's value with a leading step axis of 1} of carried."""
-  return {key: tf.expand_dims(strategy.experimental_local_results(value)[0], 0)
-          for key, value in carried.items()}
-
-
-def _carrier(leaf, steps):
-  """A TensorArray for one carried tensor, a value per step of the loop."""
-  shape = None if leaf.shape is None else tf.TensorShape(list(leaf.shape))
-  return tf.TensorArray(leaf.dtype, size=steps, element_shape=shape)
-
-
 def _features_and_labels(element):
   """A dataset element as TPUEstimator reads it: (features, labels), or features alone."""
   if isinstance(element, tuple) and len(element) == 2:
@@ -404,13 +384,13 @@ class DistributeEngine:
         with tf.control_dependencies(writes):
           return i + 1, tf.identity(loss), arrays
 
-      arrays = {key: _carrier(leaf, steps) for key, leaf in leaves.items()}
+      arrays = {key: step_trace.steps_array(leaf, steps) for key, leaf in leaves.items()}
       _, loss, arrays = tf.while_loop(lambda i, *_: i < steps, body,
                                       [tf.constant(0), tf.constant(0.0), arrays],
                                       parallel_iterations=1)
       return loss, {key: array.stack() for key, array in arrays.items()}
 
-    return self._function(_carrying_name("train", carry), train_loop)
+    return self._function(step_trace.function_name("train", carry), train_loop)
 
   def _step_function(self, mode, make, args, carry=None, fresh=False):
     """(mode's step function carrying carry for the hooks, the StepTrace of its trace).
@@ -431,24 +411,10 @@ class DistributeEngine:
     return function, function.step_trace
 
   def _hook_runner(self, mode, hooks, trace, iterator, original_fetches):
-    """(HookRunner of one call: the hooks given and the model_fn's in the Estimator's order,
-    the SavingPlan of the checkpoint savers and profilers among them)."""
-    hooks, plan = distribute_hooks.take_over(
-        distribute_hooks.in_estimator_order(mode, hooks, trace.spec), self.model_dir)
-    if mode != ModeKeys.TRAIN and (plan.listeners or plan.profiling or plan.every_steps
-                                   or plan.every_secs):
-      raise distribute_hooks.UnsupportedHookError(
-          f"a CheckpointSaverHook or a ProfilerHook is among the {mode} hooks: "
-          "--engine=distribute saves and profiles in training only, between its loops")
-
-    def next_batch():
-      element = next(iterator)
-      return [self.strategy.experimental_local_results(t)[0] for t in tf.nest.flatten(element)]
-
-    return distribute_hooks.HookRunner(
-        hooks, trace, self._store.variables, advances=mode == ModeKeys.TRAIN,
-        original_fetches=original_fetches, next_batch=next_batch,
-        scope=self._store.scope), plan
+    """(HookRunner of one call, SavingPlan of its checkpoint savers and profilers): hooks.py."""
+    return distribute_hooks.runner_for(
+        mode, hooks, trace, self._store, self.strategy, iterator, self.model_dir,
+        original_fetches)
 
   def _run_host_call(self, fn, tensors):
     """host_call fn on the host, over the replicas' tensors concatenated on axis 0."""
@@ -594,9 +560,9 @@ class DistributeEngine:
       loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       tensors = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
       self._metric_fn = results["metric_fn"]
-      return loss, tensors, _first_replica_steps(self.strategy, carried)
+      return loss, tensors, step_trace.first_replica_steps(self.strategy, carried)
 
-    return self._function(_carrying_name("eval", carry), eval_step)
+    return self._function(step_trace.function_name("eval", carry), eval_step)
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
     """One pass: {metric: value, 'loss', 'global_step'}; written to model_dir/eval."""
@@ -710,9 +676,9 @@ class DistributeEngine:
       with self._store.replicas(), self._store.outside():
         predictions, carried = self.strategy.run(replica, args=(features,))
       return ({k: self.strategy.gather(v, axis=0) for k, v in predictions.items()},
-              _first_replica_steps(self.strategy, carried))
+              step_trace.first_replica_steps(self.strategy, carried))
 
-    return self._function(_carrying_name("predict", carry), predict_step)
+    return self._function(step_trace.function_name("predict", carry), predict_step)
 
   def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
     """The SavedModel, exported by the estimator from this engine's checkpoint (same names)."""

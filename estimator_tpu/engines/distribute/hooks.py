@@ -122,6 +122,40 @@ def in_estimator_order(mode, given, spec):
           tf.compat.v1.train.NanTensorHook(spec.loss), *getattr(spec, "training_hooks", ())]
 
 
+def runner_for(mode, hooks, trace, store, strategy, iterator, model_dir, original_fetches):
+  """(HookRunner of one train/evaluate/predict call, SavingPlan of its savers and profilers).
+
+  Args:
+    mode: the call's ModeKeys.
+    hooks: the hooks given to the call.
+    trace: the step_trace.StepTrace of the call's step function.
+    store: the engine's VariableStore.
+    strategy: its strategy.
+    iterator: the call's distributed iterator (the first replica's next batch
+      feeds a session.run that needs one).
+    model_dir: where the engine saves.
+    original_fetches: what the Estimator's own session.run fetches in mode.
+
+  Raises:
+    UnsupportedHookError: a CheckpointSaverHook or ProfilerHook outside training.
+  """
+  hooks, plan = take_over(in_estimator_order(mode, hooks, trace.spec), model_dir)
+  if mode != stacks.ModeKeys.TRAIN and (plan.listeners or plan.profiling or plan.every_steps
+                                        or plan.every_secs):
+    raise UnsupportedHookError(
+        f"a CheckpointSaverHook or a ProfilerHook is among the {mode} hooks: "
+        "--engine=distribute saves and profiles in training only, between its loops")
+
+  def next_batch():
+    element = next(iterator)
+    return [strategy.experimental_local_results(t)[0] for t in tf.nest.flatten(element)]
+
+  runner = HookRunner(hooks, trace, store.variables, advances=mode == stacks.ModeKeys.TRAIN,
+                      original_fetches=original_fetches, next_batch=next_batch,
+                      scope=store.scope)
+  return runner, plan
+
+
 class _GraphExportFilter(logging.Filter):
   """Drops TF's warnings about collections of the engine's variables it cannot serialize.
 

@@ -192,3 +192,23 @@ def _counterpart(tensor, source, graph, op_map):
   # Control inputs are left out: the copy runs inside the new step, after what it reads.
   lift_to_graph._copy_non_source(tensor.op, graph, op_map, source.graph)  # pylint: disable=protected-access
   return op_map[tensor]
+
+
+def function_name(name, carry):
+  """The engine's cache name of a step function carrying carry = (leaves, source trace)."""
+  if not carry:
+    return name
+  leaves, source = carry
+  return (name, source.number, *sorted(leaves))
+
+
+def steps_array(leaf, steps):
+  """A TensorArray for one carried tensor, a value per step of the loop."""
+  shape = None if leaf.shape is None else tf.TensorShape(list(leaf.shape))
+  return tf.TensorArray(leaf.dtype, size=steps, element_shape=shape)
+
+
+def first_replica_steps(strategy, carried):
+  """{key: the first replica's value with a leading step axis of 1} of carried."""
+  return {key: tf.expand_dims(strategy.experimental_local_results(value)[0], 0)
+          for key, value in carried.items()}
