@@ -122,7 +122,8 @@ def in_estimator_order(mode, given, spec):
           tf.compat.v1.train.NanTensorHook(spec.loss), *getattr(spec, "training_hooks", ())]
 
 
-def runner_for(mode, hooks, trace, store, strategy, iterator, model_dir, original_fetches):
+def runner_for(mode, hooks, trace, store, strategy, iterator, model_dir, original_fetches,
+               twin=None):
   """(HookRunner of one train/evaluate/predict call, SavingPlan of its savers and profilers).
 
   Args:
@@ -135,6 +136,8 @@ def runner_for(mode, hooks, trace, store, strategy, iterator, model_dir, origina
       feeds a session.run that needs one).
     model_dir: where the engine saves.
     original_fetches: what the Estimator's own session.run fetches in mode.
+    twin: None, or a TF 1 session over a graph build of the model_fn, which
+      serves the session.run calls the engine refuses (step_session.py).
 
   Raises:
     UnsupportedHookError: a CheckpointSaverHook or ProfilerHook outside training.
@@ -152,7 +155,7 @@ def runner_for(mode, hooks, trace, store, strategy, iterator, model_dir, origina
 
   runner = HookRunner(hooks, trace, store.variables, advances=mode == stacks.ModeKeys.TRAIN,
                       original_fetches=original_fetches, next_batch=next_batch,
-                      scope=store.scope)
+                      scope=store.scope, twin=twin)
   return runner, plan
 
 
