@@ -203,17 +203,69 @@ def test_auto_picks_the_distribute_engine_on_a_pjrt_tpu(tmp_path):
   assert estimator_lib.resolve_engine(v3, environ={"PJRT_DEVICE": "TPU"})[0] == "distribute"
 
 
-def test_a_hook_that_fetches_graph_tensors_is_refused_by_name(two_engines):
-  built = _build(two_engines["distribute"], "distribute")
+def _loss_name():
+  """The name of the model_fn's cross-entropy (tf.compat.v1.losses adds it to LOSSES)."""
+  return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)[0].name
 
-  class FetchingHook(tf.compat.v1.train.SessionRunHook):
 
-    def before_run(self, run_context):
-      return tf.compat.v1.train.SessionRunArgs({"step": "global_step:0"})
+class _Fetching(tf.compat.v1.train.SessionRunHook):
+  """Asks for make_fetches() (called in begin) from its call number `first` on; keeps results."""
 
+  def __init__(self, make_fetches, first=0):
+    self._make, self._first, self.seen = make_fetches, first, []
+
+  def begin(self):
+    self._fetches = self._make()
+
+  def before_run(self, run_context):
+    if len(self.seen) >= self._first:
+      return tf.compat.v1.train.SessionRunArgs(self._fetches)
+    self.seen.append(None)
+    return None
+
+  def after_run(self, run_context, run_values):
+    if run_values.results is not None:
+      self.seen.append(run_values.results)
+
+
+def test_a_hook_fetching_by_name_gets_every_step_of_a_loop(tmp_path):
+  built = _build(str(tmp_path / "fetch"), "distribute")
+  hook = _Fetching(lambda: {"step": "global_step:0", "loss": _loss_name()})
+  built.train(_fixed_input_fn, max_steps=5, hooks=[hook])  # loops of 2 (checkpoints), 2, 1
+  assert [int(x["step"]) for x in hook.seen] == [0, 1, 2, 3, 4]
+  assert all(np.isfinite(x["loss"]) and x["loss"] > 0 for x in hook.seen)
+
+
+def test_a_hook_asking_for_a_new_tensor_inside_a_loop_is_refused_by_name(tmp_path):
+  built = _build(str(tmp_path / "late"), "distribute")
+  late = _Fetching(lambda: [_loss_name()], first=1)  # nothing at step 0, the loss at step 1
   with pytest.raises(distribute_hooks.UnsupportedHookError,
-                     match=r"FetchingHook asks to fetch or feed graph tensors.*host_call"):
-    built.train(_fixed_input_fn, max_steps=STEPS + 1, hooks=[FetchingHook()])
+                     match=r"_Fetching asked at step 1 for .*loss.*iterations_per_loop=1"):
+    built.train(_fixed_input_fn, max_steps=2, hooks=[late])
+
+
+def test_a_hook_that_feeds_is_refused_by_name(tmp_path):
+  built = _build(str(tmp_path / "feed"), "distribute")
+  feeding = tf.compat.v1.train.FeedFnHook(lambda: {"learning_rate:0": 1.0})
+  with pytest.raises(distribute_hooks.UnsupportedHookError, match=r"FeedFnHook feeds the graph"):
+    built.train(_fixed_input_fn, max_steps=2, hooks=[feeding])
+
+
+def test_a_profiler_hook_profiles_the_steps_it_picks_on_both_engines(tmp_path):
+  outputs = {}
+  for engine in ("estimator", "distribute"):
+    outputs[engine] = str(tmp_path / engine / "profile")
+    with tf.Graph().as_default():  # its FileWriter is made with the hook, in TF 1 graph mode
+      profiler = tf.compat.v1.train.ProfilerHook(save_steps=3, output_dir=outputs[engine])
+    _build(str(tmp_path / engine / "model"), engine).train(_fixed_input_fn, max_steps=7,
+                                                           hooks=[profiler])
+  timelines = sorted(os.path.basename(p) for p in glob.glob(
+      os.path.join(outputs["estimator"], "timeline-*.json")))
+  assert timelines == ["timeline-3.json", "timeline-6.json"]
+  # The engine's: a TensorBoard profile of the same steps, in place of each Chrome trace.
+  profiles = sorted(p.split(os.sep)[-5] for p in glob.glob(
+      os.path.join(outputs["distribute"], "timeline-*", "plugins", "profile", "*", "*.xplane.pb")))
+  assert profiles == ["timeline-3", "timeline-6"]
 
 
 def test_a_hook_that_asks_to_stop_ends_training_after_the_loop(tmp_path):

@@ -23,9 +23,11 @@ params)` returning a TPUEstimatorSpec there, and on CPUs and GPUs:
 
 The engine presents train / evaluate / predict / export_saved_model as the
 estimators of tpu_estimator.py do, so loop.py does not know which it drives.
-SessionRunHooks run at the loop's edges (begin, before_run/after_run once
-per loop, end); a hook that asks to fetch graph tensors is refused with its
-name (distribute_hooks.py).
+SessionRunHooks (given to train / evaluate / predict or returned by the
+model_fn) run as in a MonitoredSession, each step's before_run / after_run
+replayed in step order after the loop with the tensors they asked for
+(distribute/hooks.py); an EstimatorSpec's eval_metric_ops are updated in the
+evaluation step and read at its end (distribute/metric_ops.py).
 """
 
 import contextlib
@@ -40,7 +42,9 @@ from estimator_tpu import stacks
 from estimator_tpu.engines import calls
 from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
+from estimator_tpu.engines.distribute import metric_ops
 from estimator_tpu.engines.distribute import optimizer_rules
+from estimator_tpu.engines.distribute import step_trace
 from estimator_tpu.engines.distribute import variables as tf1_variables
 
 ModeKeys = stacks.ModeKeys
@@ -68,11 +72,6 @@ def _call_model_fn(model_fn, features, labels, mode, params, config):
     # (tf1_variables.VariableStore) and done by the engine.
     scaffold = spec.scaffold_fn()
   _check_scaffold(scaffold)
-  for kind in ("training_hooks", "evaluation_hooks", "prediction_hooks"):
-    hooks = getattr(spec, kind, None) or ()
-    if hooks:
-      raise distribute_hooks.refusal(hooks[0], f"is one of the model_fn's {kind} (they fetch "
-                                                "the tensors of the graph being built)")
   return spec
 
 
@@ -159,6 +158,8 @@ class DistributeEngine:
     self._save_secs = save_checkpoints_secs
     self._store = tf1_variables.VariableStore()
     self._functions = {}
+    self._traces = {}  # mode -> the last step_trace.StepTrace (the first replica's)
+    self._locals = metric_ops.LocalVariables()
     # The graph each mode's replica step was last traced in (its model_fn ops).
     self.step_graphs = {}
     self._saver = None
@@ -232,16 +233,25 @@ class DistributeEngine:
       for cls, original in originals.items():
         cls.__init__ = original
 
-  def _replica_spec(self, features, labels, mode):
-    """The model_fn's spec for one replica, its variables from the store."""
-    with self._store.scope(), optimizer_rules.applied(self.strategy), \
-        warnings.catch_warnings():
+  def _replica_spec(self, features, labels, mode, carry=None):
+    """(the model_fn's spec for one replica, its variables from the store; what it carries).
+
+    carry: None, or (leaves, source) to carry out for the hooks (step_trace.carried).
+    """
+    with step_trace.model_scope(), self._store.scope(), \
+        optimizer_rules.applied(self.strategy), warnings.catch_warnings():
       warnings.filterwarnings("ignore", message=".*layer.updates.*")
+      # TF 1 summary ops traced in a function: their values reach hooks (SummarySaverHook).
+      warnings.filterwarnings("ignore", message="Cannot activate TF2 compatibility support")
       tf.compat.v1.train.get_or_create_global_step()
       spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
                             self.config)
+      if step_trace.replica_id() == 0:
+        self._traces[mode] = step_trace.StepTrace(tf.compat.v1.get_default_graph(), spec,
+                                                  (features, labels))
+      carried = step_trace.carried(*carry, self._store) if carry else {}
     self.step_graphs[mode] = tf.compat.v1.get_default_graph()
-    return spec
+    return spec, carried
 
   def _function(self, name, python_fn):
     if name not in self._functions:
@@ -334,9 +344,12 @@ class DistributeEngine:
 
   # Training.
 
-  def _train_function(self):
+  def _train_function(self, carry=None):
+    """The training loop's tf.function: (loss, {key: [steps, ...] carried for the hooks})."""
+    leaves = carry[0] if carry else {}
+
     def step_fn(features, labels):
-      spec = self._replica_spec(features, labels, ModeKeys.TRAIN)
+      spec, carried = self._replica_spec(features, labels, ModeKeys.TRAIN, carry)
       if spec.train_op is None or spec.loss is None:
         raise ValueError("the model_fn returned no train_op or no loss in TRAIN mode")
       host_call = getattr(spec, "host_call", None)
@@ -346,34 +359,62 @@ class DistributeEngine:
       host_tensors = tf.nest.map_structure(
           lambda t: tf.reshape(t, [1]) if t.shape.rank == 0 else t,
           host_call[1] if host_call else [])
-      return loss, host_tensors, host_call
+      return loss, host_tensors, host_call, carried
 
     def train_loop(iterator, steps):
-      def body(i, unused_loss):
+      def body(i, unused_loss, arrays):
         features, labels = _features_and_labels(iterator.get_next())
         with self._store.replicas(), self._store.outside():
           results = {}
 
           def replica(features, labels):
-            loss, host_tensors, host_call = step_fn(features, labels)
+            loss, host_tensors, host_call, carried = step_fn(features, labels)
             results["host_call"] = host_call
-            return loss, host_tensors
+            return loss, host_tensors, carried
 
-          loss, host_tensors = self.strategy.run(self._replica_fn(replica),
-                                                 args=(features, labels))
+          loss, host_tensors, carried = self.strategy.run(self._replica_fn(replica),
+                                                          args=(features, labels))
         loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
         host_call = results["host_call"]
         writes = []
         if host_call is not None:
           writes = self._run_host_call(host_call[0], host_tensors)
+        arrays = {key: array.write(i, self.strategy.experimental_local_results(carried[key])[0])
+                  for key, array in arrays.items()}
         with tf.control_dependencies(writes):
-          return i + 1, tf.identity(loss)
+          return i + 1, tf.identity(loss), arrays
 
-      _, loss = tf.while_loop(lambda i, _: i < steps, body,
-                              [tf.constant(0), tf.constant(0.0)], parallel_iterations=1)
-      return loss
+      arrays = {key: step_trace.steps_array(leaf, steps) for key, leaf in leaves.items()}
+      _, loss, arrays = tf.while_loop(lambda i, *_: i < steps, body,
+                                      [tf.constant(0), tf.constant(0.0), arrays],
+                                      parallel_iterations=1)
+      return loss, {key: array.stack() for key, array in arrays.items()}
 
-    return self._function("train", train_loop)
+    return self._function(step_trace.function_name("train", carry), train_loop)
+
+  def _step_function(self, mode, make, args, carry=None, fresh=False):
+    """(mode's step function carrying carry for the hooks, the StepTrace of its trace).
+
+    Traced here, once per set of carried keys. fresh (a train(), evaluate()
+    or predict() call begins): a model_fn that returned hooks is traced again,
+    as the Estimator calls it again for each call and its hooks are new.
+    """
+    function = make(carry)
+    known = getattr(function, "step_trace", None)
+    if fresh and known is not None and distribute_hooks.model_fn_hooks(known.spec, mode):
+      self._functions = {name: f for name, f in self._functions.items() if f is not function}
+      function = make(carry)
+    if getattr(function, "step_trace", None) is None:
+      function.get_concrete_function(*args)
+      function.step_trace = self._traces[mode]
+      self._locals.snapshot(self._store, self.strategy)
+    return function, function.step_trace
+
+  def _hook_runner(self, mode, hooks, trace, iterator, original_fetches):
+    """(HookRunner of one call, SavingPlan of its checkpoint savers and profilers): hooks.py."""
+    return distribute_hooks.runner_for(
+        mode, hooks, trace, self._store, self.strategy, iterator, self.model_dir,
+        original_fetches)
 
   def _run_host_call(self, fn, tensors):
     """host_call fn on the host, over the replicas' tensors concatenated on axis 0."""
@@ -391,15 +432,17 @@ class DistributeEngine:
       return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners):
-    hooks, plan = distribute_hooks.take_over(hooks or [], self.model_dir)
+    iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
+    args = (iterator, tf.TensorSpec([], tf.int32))
+    _, trace = self._step_function(ModeKeys.TRAIN, self._train_function, args,
+                                   fresh=True)  # makes the variables
+    runner, plan = self._hook_runner(ModeKeys.TRAIN, hooks or [], trace, iterator,
+                                     [trace.spec.train_op, trace.spec.loss])
     listeners = [*(saving_listeners or []), *plan.listeners]
     save_steps = min(self._save_steps, plan.every_steps or self._save_steps)
     save_secs = min(x for x in (self._save_secs, plan.every_secs, float("inf")) if x)
-    runner = distribute_hooks.HookRunner(hooks, ModeKeys.TRAIN)
-    iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
-    function = self._train_function()
-    function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))  # makes the variables
     fresh = self._restore() is None
+    self._locals.reset(self._store, self.strategy)
     step = self._global_step()
     last = max_steps if max_steps is not None else (
         step + steps if steps is not None else float("inf"))
@@ -408,36 +451,48 @@ class DistributeEngine:
     for listener in listeners:
       listener.begin()
     runner.begin()
-    runner.after_create_session()
+    runner.after_create_session(step)
     if fresh:  # as the Estimator's saver does when a run starts from nothing
       self._save(listeners)
     saved_at, saved_time = step, time.time()
     stop = False
     while step < last and not stop:
-      until_save = save_steps - step % save_steps
-      count = int(min(self._iterations, last - step, until_save))
-      runner.before_run()
-      began = time.time()
-      loss = float(function(iterator, tf.constant(count)))
-      seconds = time.time() - began
-      new_step = self._global_step()
-      if new_step != step + count:
-        raise ValueError(
-            f"the global step went from {step} to {new_step} in {count} training steps: the "
-            "model_fn's train_op must add 1 to the global step per step (minimize(loss, "
-            "global_step=tf.compat.v1.train.get_or_create_global_step()))")
-      step = new_step
-      self._write_train_summaries(step, loss, count / max(seconds, 1e-9))
+      profiled = plan.profiling.due(step) if plan.profiling else []
+      count = 1 if profiled else int(min(
+          self._iterations, last - step, save_steps - step % save_steps, runner.until_cut(step),
+          plan.profiling.until_due(step) if plan.profiling else float("inf")))
+      state = {}
+
+      def run(leaves, count=count, state=state, step=step, profiled=profiled):
+        carry = (leaves, trace) if leaves else None
+        function = self._step_function(ModeKeys.TRAIN, self._train_function, args, carry)[0]
+        began = time.time()
+        call = lambda: function(iterator, tf.constant(count))  # noqa: E731
+        loss, arrays = plan.profiling.profile(profiled, step, call) if profiled else call()
+        state.update(loss=float(loss), seconds=time.time() - began)
+        self._check_stepped(step, count)
+        return {key: array.numpy() for key, array in arrays.items()}
+
+      stop = runner.run(step, count, run)
+      step = self._global_step()
+      self._write_train_summaries(step, state["loss"], count / max(state["seconds"], 1e-9))
       if step % save_steps == 0 or time.time() - saved_time >= save_secs:
-        stop = self._save(listeners)
+        stop = self._save(listeners) or stop
         saved_at, saved_time = step, time.time()
-      stop = runner.after_run(step) or stop
     if saved_at != step:
       self._save(listeners)
     for listener in listeners:
       listener.end(None, step)
-    runner.end()
+    runner.end(step)
     return self
+
+  def _check_stepped(self, step, count):
+    new_step = self._global_step()
+    if new_step != step + count:
+      raise ValueError(
+          f"the global step went from {step} to {new_step} in {count} training steps: the "
+          "model_fn's train_op must add 1 to the global step per step (minimize(loss, "
+          "global_step=tf.compat.v1.train.get_or_create_global_step()))")
 
   def run_one_step(self, input_fn, mode):
     """Runs the function train() (TRAIN) or evaluate() (EVAL) runs, once, on one batch.
@@ -463,9 +518,9 @@ class DistributeEngine:
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, mode))
       if mode == ModeKeys.TRAIN:
-        return float(self._train_function()(iterator, tf.constant(1)))
+        return float(self._train_function()(iterator, tf.constant(1))[0])
       if mode == ModeKeys.EVAL:
-        loss, _ = self._eval_function()(iterator)
+        loss = self._eval_function()(iterator)[0]
         return float(loss)
     raise ValueError(f"run_one_step runs TRAIN or EVAL, not {mode!r}")
 
@@ -484,60 +539,71 @@ class DistributeEngine:
 
   # Evaluation.
 
-  def _eval_function(self):
+  def _eval_function(self, carry=None):
+    """One evaluation step's tf.function: (loss, metric_fn tensors, {key: [1, ...]} carried)."""
     def eval_step(iterator):
       features, labels = _features_and_labels(iterator.get_next())
       results = {}
 
       def replica(features, labels):
-        spec = self._replica_spec(features, labels, ModeKeys.EVAL)
+        spec, carried = self._replica_spec(features, labels, ModeKeys.EVAL, carry)
         metrics = getattr(spec, "eval_metrics", None)
-        if metrics is None and getattr(spec, "eval_metric_ops", None):
-          raise ValueError(
-              "the model_fn returned eval_metric_ops; a TPUEstimatorSpec gives "
-              "eval_metrics=(metric_fn, tensors), which --engine=distribute runs on the host")
+        if metric_ops.value_tensors(spec) and self._use_tpu:
+          raise ValueError("the model_fn returned eval_metric_ops, which TPUEstimator takes "
+                           "only off TPU; on a TPU give eval_metrics=(metric_fn, tensors)")
         results["metric_fn"] = metrics[0] if metrics else None
-        return tf.cast(spec.loss, tf.float32), (metrics[1] if metrics else [])
+        return tf.cast(spec.loss, tf.float32), (metrics[1] if metrics else []), carried
 
       with self._store.replicas(), self._store.outside():
-        loss, tensors = self.strategy.run(self._replica_fn(replica), args=(features, labels))
+        loss, tensors, carried = self.strategy.run(self._replica_fn(replica),
+                                                   args=(features, labels))
       loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       tensors = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
       self._metric_fn = results["metric_fn"]
-      return loss, tensors
+      return loss, tensors, step_trace.first_replica_steps(self.strategy, carried)
 
-    return self._function("eval", eval_step)
+    return self._function(step_trace.function_name("eval", carry), eval_step)
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
     """One pass: {metric: value, 'loss', 'global_step'}; written to model_dir/eval."""
-    runner = distribute_hooks.HookRunner(hooks or [], ModeKeys.EVAL)
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.EVAL))
-      function = self._eval_function()
-      function.get_concrete_function(iterator)
+      _, trace = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,),
+                                     fresh=True)
       path = self._restore(checkpoint_path)
     if path is None:
       raise ValueError(f"no checkpoint in {self.model_dir} to evaluate: train first")
+    self._locals.reset(self._store, self.strategy)
     step = self._global_step()
+    updates = [pair[1] for pair in (getattr(trace.spec, "eval_metric_ops", None) or {}).values()]
+    runner = self._hook_runner(ModeKeys.EVAL, hooks or [], trace, iterator, updates or None)[0]
     runner.begin()
-    runner.after_create_session()
+    runner.after_create_session(step)
     metrics = None
     losses = []
-    while steps is None or len(losses) < steps:
-      runner.before_run()
-      try:
-        with self.strategy.scope():
-          loss, tensors = function(iterator)
-      except tf.errors.OutOfRangeError:
-        break
+
+    def run(leaves):
+      nonlocal metrics
+      carry = (leaves, trace) if leaves else None
+      function = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,), carry)[0]
+      with self.strategy.scope():
+        loss, tensors, carried = function(iterator)
       # The metric_fn runs on the host, outside the strategy, as TPUEstimator's does.
       if metrics is None:
         metrics = _HostMetrics(self._metric_fn, tensors)
       metrics.update(tensors)
       losses.append(float(loss))
-      runner.after_run(step)
-    runner.end()
+      return {key: value.numpy() for key, value in carried.items()}
+
+    while steps is None or len(losses) < steps:
+      try:
+        if runner.run(step, 1, run):
+          break
+      except tf.errors.OutOfRangeError:
+        break
+    runner.end(step)
     results = metrics.values() if metrics else {}
+    results.update(metric_ops.final_values(trace))
     results["loss"] = sum(losses) / max(len(losses), 1)
     results["global_step"] = step
     self._write_eval_summaries(results, step, name)
@@ -557,41 +623,62 @@ class DistributeEngine:
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True):
     """Yields the model_fn's predictions, per example (or per batch)."""
-    if hooks:
-      distribute_hooks.HookRunner(hooks, ModeKeys.PREDICT)
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.PREDICT))
-      function = self._function("predict", self._predict_step)
-      function.get_concrete_function(iterator)
+      _, trace = self._step_function(ModeKeys.PREDICT, self._predict_function, (iterator,),
+                                     fresh=True)
       if self._restore(checkpoint_path) is None:
         raise ValueError(f"no checkpoint in {self.model_dir} to predict with: train first")
-    while True:
+    self._locals.reset(self._store, self.strategy)
+    step = self._global_step()
+    runner = self._hook_runner(ModeKeys.PREDICT, hooks or [], trace, iterator,
+                               trace.spec.predictions)[0]
+    runner.begin()
+    runner.after_create_session(step)
+    batch = {}
+
+    def run(leaves):
+      carry = (leaves, trace) if leaves else None
+      function = self._step_function(ModeKeys.PREDICT, self._predict_function, (iterator,),
+                                     carry)[0]
+      with self.strategy.scope():
+        predictions, carried = function(iterator)
+      batch.update({k: v.numpy() for k, v in predictions.items()
+                    if predict_keys is None or k in predict_keys})
+      return {key: value.numpy() for key, value in carried.items()}
+
+    stop = False
+    while not stop:
+      batch.clear()
       try:
-        with self.strategy.scope():
-          batch = function(iterator)
+        stop = runner.run(step, 1, run)
       except tf.errors.OutOfRangeError:
-        return
-      batch = {k: v.numpy() for k, v in batch.items()
-               if predict_keys is None or k in predict_keys}
+        break
       if not yield_single_examples:
-        yield batch
+        yield dict(batch)
         continue
       for i in range(len(next(iter(batch.values())))):
         yield {k: v[i] for k, v in batch.items()}
+    runner.end(step)
 
-  def _predict_step(self, iterator):
-    features, _ = _features_and_labels(iterator.get_next())
+  def _predict_function(self, carry=None):
+    """One prediction step's tf.function: (predictions, {key: [1, ...]} carried)."""
+    def predict_step(iterator):
+      features, _ = _features_and_labels(iterator.get_next())
 
-    def replica(features):
-      spec = self._replica_spec(features, None, ModeKeys.PREDICT)
-      predictions = spec.predictions
-      if not isinstance(predictions, dict):
-        predictions = {"predictions": predictions}
-      return predictions
+      def replica(features):
+        spec, carried = self._replica_spec(features, None, ModeKeys.PREDICT, carry)
+        predictions = spec.predictions
+        if not isinstance(predictions, dict):
+          predictions = {"predictions": predictions}
+        return predictions, carried
 
-    with self._store.replicas(), self._store.outside():
-      predictions = self.strategy.run(replica, args=(features,))
-    return {k: self.strategy.gather(v, axis=0) for k, v in predictions.items()}
+      with self._store.replicas(), self._store.outside():
+        predictions, carried = self.strategy.run(replica, args=(features,))
+      return ({k: self.strategy.gather(v, axis=0) for k, v in predictions.items()},
+              step_trace.first_replica_steps(self.strategy, carried))
+
+    return self._function(step_trace.function_name("predict", carry), predict_step)
 
   def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
     """The SavedModel, exported by the estimator from this engine's checkpoint (same names)."""

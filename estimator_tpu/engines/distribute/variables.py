@@ -25,7 +25,8 @@ the model_fn inside `VariableStore.scope()`:
   once, at a fresh start;
 - `variable.op.name`, which TF 1 code reads for a variable's name (moving
   averages' `variables_to_restore()`, weight-decay filters), is the
-  variable's name although the variable was made outside the trace;
+  variable's name although the variable was made outside the trace, and
+  `variable.graph` is the graph being built (hooks check it);
 - a `tf.compat.v1.train.Saver` built in a trace (a scaffold's saver, e.g.
   restoring moving averages for evaluation) builds no ops: its
   {checkpoint name: variable} map is recorded (`savers`) for the engine's
@@ -87,6 +88,7 @@ class _VariableOp:
 
 _BaseVariable = resource_variable_ops.BaseResourceVariable
 _graph_op = _BaseVariable.op
+_handle_graph = _BaseVariable.graph
 # TensorFlow's own functions, put back when the last trace in any thread leaves.
 _SET_INITIALIZER = checkpoint_utils._set_checkpoint_initializer  # pylint: disable=protected-access
 _SAVER_BUILD = saver_lib.Saver._build  # pylint: disable=protected-access
@@ -103,6 +105,13 @@ def _op_or_name(variable):
   container = getattr(variable, "_distributed_container", None)
   named = container() if callable(container) else None
   return _VariableOp((named or variable).name.split(":")[0])
+
+
+def _graph_or_default(variable):
+  """A variable's graph; one made outside every graph is in the graph being built, as in TF 1."""
+  if tf.is_symbolic_tensor(variable.handle):
+    return _handle_graph.fget(variable)
+  return tf.compat.v1.get_default_graph()
 
 
 class InitialValueError(ValueError):
@@ -225,6 +234,7 @@ class VariableStore:
         checkpoint_utils._set_checkpoint_initializer = record_initializer  # pylint: disable=protected-access
         saver_lib.Saver._build = record_saver  # pylint: disable=protected-access
         _BaseVariable.op = property(_op_or_name)
+        _BaseVariable.graph = property(_graph_or_default)
         _patch_depth.append(tf.Tensor._USE_EQUALITY)  # pylint: disable=protected-access
         # TF 1 hashed tensors and variables by identity (`set(tf.trainable_variables())`).
         tf.compat.v1.disable_tensor_equality()
@@ -237,6 +247,7 @@ class VariableStore:
           checkpoint_utils._set_checkpoint_initializer = _SET_INITIALIZER  # pylint: disable=protected-access
           saver_lib.Saver._build = _SAVER_BUILD  # pylint: disable=protected-access
           _BaseVariable.op = _graph_op
+          _BaseVariable.graph = _handle_graph
           if _patch_depth.pop():
             tf.compat.v1.enable_tensor_equality()
 
