@@ -21,8 +21,9 @@ params)` returning a TPUEstimatorSpec there, and on CPUs and GPUs:
 - checkpoints are the Saver's name-based `model.ckpt-N`; the SavedModel is
   exported by the estimator from the same checkpoint (export/saved_model.py).
 
-The engine presents train / evaluate / predict / export_saved_model as the
-estimators of tpu_estimator.py do, so loop.py does not know which it drives.
+The engine presents TF 2.15's whole TPUEstimator API (surface.py: the same
+methods, arguments, NumPy results, files and INFO lines, voice.py), so loop.py
+and a TPUEstimator program do not know which they drive.
 SessionRunHooks run at the loop's edges (begin, before_run/after_run once
 per loop, end); a hook that asks to fetch graph tensors is refused with its
 name (distribute_hooks.py).
@@ -39,15 +40,18 @@ from tensorflow.python.ops import summary_ops_v2
 from estimator_tpu import stacks
 from estimator_tpu.engines import calls
 from estimator_tpu.engines import tpu_estimator
+from estimator_tpu.engines.distribute import event_files
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
+from estimator_tpu.engines.distribute import monitors
 from estimator_tpu.engines.distribute import optimizer_rules
+from estimator_tpu.engines.distribute import surface
 from estimator_tpu.engines.distribute import variables as tf1_variables
+from estimator_tpu.engines.distribute import voice
 
 ModeKeys = stacks.ModeKeys
 KEEP_CHECKPOINTS = tpu_estimator.KEEP_CHECKPOINTS
 SAVE_AT_END = 2 ** 62  # save_checkpoints_steps of a run that checkpoints when train() ends
 CHECKPOINT_NAME = "model.ckpt"
-EVAL_DIR = "eval"
 
 
 class HostContext:
@@ -104,7 +108,7 @@ def _host_call_ops(host_call):
   return [x for x in tf.nest.flatten(result) if isinstance(x, (tf.Tensor, tf.Operation))]
 
 
-class DistributeEngine:
+class DistributeEngine(surface.EstimatorSurface):
   """Runs a TPUEstimator model_fn and its input_fns in tf.functions under `strategy`.
 
   Args:
@@ -123,7 +127,9 @@ class DistributeEngine:
       (preflight on a TensorFlow without XLA for the CPU).
     seed: the global random seed (RunConfig's tf_random_seed), or None.
     warm_start_from: a checkpoint whose trainable variables start a new run.
-    export_estimator_fn: () -> the estimator that exports the SavedModel.
+    export_estimator_fn: () -> the TPUEstimator (use_tpu=False) with the same
+      model_fn, model_dir, config and params: it exports the SavedModel and
+      answers for model_fn and config (surface.py); it is built here.
     run_config: what a model_fn with a `config` argument gets.
     keep_checkpoint_max: checkpoints kept.
     save_checkpoints_secs: also checkpoint when this long has passed since the
@@ -138,7 +144,7 @@ class DistributeEngine:
                keep_checkpoint_max=KEEP_CHECKPOINTS, save_checkpoints_secs=None,
                replica_function=False):
     self._model_fn = model_fn
-    self.params = dict(params)
+    self._user_params = dict(params)
     self.strategy = strategy
     self.model_dir = model_dir
     self._batches = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
@@ -150,11 +156,11 @@ class DistributeEngine:
     self._replica_function = replica_function or jit_compile
     self._seed = seed
     self._warm_start_from = warm_start_from
-    self._export_estimator_fn = export_estimator_fn
-    self._writers = {}  # summary writers of the engine's own summaries, by directory
+    # Built now: its construction logs what TPUEstimator's does ("Using config: ...").
+    self._twin = export_estimator_fn() if export_estimator_fn else None
     self._kept_writers = []  # writers a traced host_call made (see _keeping_writers)
     self._metric_fn = None  # the eval_metrics' metric_fn, from the EVAL trace
-    self.config = run_config
+    self._run_config = run_config
     self._keep = keep_checkpoint_max
     self._save_secs = save_checkpoints_secs
     self._store = tf1_variables.VariableStore()
@@ -162,6 +168,7 @@ class DistributeEngine:
     # The graph each mode's replica step was last traced in (its model_fn ops).
     self.step_graphs = {}
     self._saver = None
+    self._predictions = ([], True)  # the predictions' names, and whether a dict (traced)
     self.host_loop_iterations = iterations_per_loop
 
   @property
@@ -260,13 +267,19 @@ class DistributeEngine:
   # Checkpoints.
 
   def _checkpoint_saver(self):
-    """A name-based Saver over each variable's first copy (the Saver takes no distributed ones)."""
+    """A name-based Saver over each variable's first copy (the Saver takes no distributed ones).
+
+    It keeps checkpoints as the Estimator's Saver does: keep_checkpoint_max
+    of them, and one every keep_checkpoint_every_n_hours besides.
+    """
     if self._saver is None:
       first_copies = {name: self.strategy.experimental_local_results(v)[0]
                       for name, v in self._store.global_variables().items()}
+      hours = getattr(self.config, "keep_checkpoint_every_n_hours", None) or 10000.0
       with _quiet_tf_log():  # "Saver is deprecated": the names are the point here
         self._saver = tf.compat.v1.train.Saver(
-            var_list=first_copies, max_to_keep=self._keep, save_relative_paths=True)
+            var_list=first_copies, max_to_keep=self._keep, save_relative_paths=True,
+            keep_checkpoint_every_n_hours=hours)
       state = tf.train.get_checkpoint_state(self.model_dir)
       if state is not None:
         self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
@@ -276,6 +289,7 @@ class DistributeEngine:
     """Restores the given or newest checkpoint; returns its path (None: fresh start)."""
     path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
     if path:
+      voice.restoring(path)
       self._assign_from(path, self._store.global_variables())
       for var_list in self._store.savers:  # a scaffold's saver, e.g. moving averages
         self._assign_from(path, var_list)
@@ -320,16 +334,23 @@ class DistributeEngine:
           variable.assign(variable.read_value())
 
   def _save(self, listeners):
+    """Saves model.ckpt-STEP as CheckpointSaverHook does; returns whether a listener said stop."""
     step = self._global_step()
+    voice.before_save(step)
     for listener in listeners:
       listener.before_save(None, step)
     tf.io.gfile.makedirs(self.model_dir)
     self._sync_on_read_to_copies()
-    self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
-                                  global_step=step, write_meta_graph=False)
+    save_path = os.path.join(self.model_dir, CHECKPOINT_NAME)
+    voice.saving(step, save_path)
+    self._checkpoint_saver().save(None, save_path, global_step=step, write_meta_graph=False)
+    event_files.checkpoint_saved(self.model_dir, save_path, step)
+    voice.after_save(step)
     stop = False
     for listener in listeners:
-      stop = bool(listener.after_save(None, step)) or stop
+      if listener.after_save(None, step):
+        voice.listener_stopped(listener)
+        stop = True
     return stop
 
   # Training.
@@ -384,13 +405,26 @@ class DistributeEngine:
       return _host_call_ops((fn, joined))
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
-    """Trains to max_steps (or for steps more); checkpoints every save_checkpoints_steps."""
-    if steps is not None and max_steps is not None:
-      raise ValueError("give steps or max_steps, not both")
-    with self.strategy.scope():
-      return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+    """Trains to max_steps (or for steps more); checkpoints every save_checkpoints_steps.
+
+    As the estimator's train(): nothing runs when the newest checkpoint is at
+    max_steps already; the run ends early when the input_fn's data does.
+
+    Returns:
+      self.
+    """
+    surface.check_train_steps(steps, max_steps)
+    with voice.loop_of("training_loop"):
+      if surface.max_steps_reached(self.model_dir, max_steps):
+        voice.skipping_training()
+        return self
+      with self.strategy.scope():
+        loss = self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+      voice.loss_for_final_step(loss)
+    return self
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners):
+    """The training loop; returns the last step's loss (np.float32), None if no step ran."""
     hooks, plan = distribute_hooks.take_over(hooks or [], self.model_dir)
     listeners = [*(saving_listeners or []), *plan.listeners]
     save_steps = min(self._save_steps, plan.every_steps or self._save_steps)
@@ -398,28 +432,34 @@ class DistributeEngine:
     runner = distribute_hooks.HookRunner(hooks, ModeKeys.TRAIN)
     iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
     function = self._train_function()
-    function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))  # makes the variables
-    fresh = self._restore() is None
+    with voice.calling_model_fn(ModeKeys.TRAIN, self._use_tpu):
+      function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))  # makes the variables
+    voice.create_checkpoint_saver()
+    for listener in listeners:
+      listener.begin()
+    runner.begin()
+    with voice.session_creation():
+      self._restore()
     step = self._global_step()
     last = max_steps if max_steps is not None else (
         step + steps if steps is not None else float("inf"))
     if step >= last:
-      return self
-    for listener in listeners:
-      listener.begin()
-    runner.begin()
+      return None
+    self._save(listeners)  # CheckpointSaverHook saves the step a run starts from
     runner.after_create_session()
-    if fresh:  # as the Estimator's saver does when a run starts from nothing
-      self._save(listeners)
     saved_at, saved_time = step, time.time()
-    stop = False
+    watch = monitors.TrainingMonitors(self.model_dir, self._twin, self._batches[ModeKeys.TRAIN],
+                                      self._use_tpu)
+    loss, stop = None, False
     while step < last and not stop:
       until_save = save_steps - step % save_steps
       count = int(min(self._iterations, last - step, until_save))
       runner.before_run()
-      began = time.time()
-      loss = float(function(iterator, tf.constant(count)))
-      seconds = time.time() - began
+      try:
+        loss = function(iterator, tf.constant(count)).numpy()
+      except tf.errors.OutOfRangeError:  # the input_fn's data ended: so does the run
+        step = self._global_step()
+        break
       new_step = self._global_step()
       if new_step != step + count:
         raise ValueError(
@@ -427,17 +467,20 @@ class DistributeEngine:
             "model_fn's train_op must add 1 to the global step per step (minimize(loss, "
             "global_step=tf.compat.v1.train.get_or_create_global_step()))")
       step = new_step
-      self._write_train_summaries(step, loss, count / max(seconds, 1e-9))
       if step % save_steps == 0 or time.time() - saved_time >= save_secs:
         stop = self._save(listeners)
         saved_at, saved_time = step, time.time()
+      watch.after_loop(step, loss)
       stop = runner.after_run(step) or stop
     if saved_at != step:
       self._save(listeners)
     for listener in listeners:
       listener.end(None, step)
     runner.end()
-    return self
+    watch.end()
+    if loss is None:
+      voice.no_steps()
+    return loss
 
   def run_one_step(self, input_fn, mode):
     """Runs the function train() (TRAIN) or evaluate() (EVAL) runs, once, on one batch.
@@ -469,19 +512,6 @@ class DistributeEngine:
         return float(loss)
     raise ValueError(f"run_one_step runs TRAIN or EVAL, not {mode!r}")
 
-  def _write_train_summaries(self, step, loss, steps_per_sec):
-    """`loss` and `global_step/sec` in model_dir, as the Estimator's hooks write them."""
-    writer = self._summary_writer(self.model_dir)
-    with writer.as_default():
-      for tag, value in (("loss", loss), ("global_step/sec", steps_per_sec)):
-        _write_scalar(tag, value, step)
-    writer.flush()
-
-  def _summary_writer(self, directory):
-    if directory not in self._writers:
-      self._writers[directory] = tf.summary.create_file_writer(directory)
-    return self._writers[directory]
-
   # Evaluation.
 
   def _eval_function(self):
@@ -509,75 +539,86 @@ class DistributeEngine:
     return self._function("eval", eval_step)
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
-    """One pass: {metric: value, 'loss', 'global_step'}; written to model_dir/eval."""
+    """One pass (or `steps` batches): the estimator's dict, written to eval_dir(name).
+
+    Returns:
+      {metric: NumPy value, 'loss': np.float32 (the mean of the batches'),
+      'global_step': np.int64}, as the estimator's evaluate() returns.
+    """
+    surface.check_eval_steps(steps)
+    with voice.loop_of("evaluation_loop"):
+      return self._evaluate(input_fn, steps, hooks, checkpoint_path, name)
+
+  def _evaluate(self, input_fn, steps, hooks, checkpoint_path, name):
     runner = distribute_hooks.HookRunner(hooks or [], ModeKeys.EVAL)
+    path = checkpoint_path or self.latest_checkpoint()
+    if not path:
+      voice.no_trained_model(self.model_dir, "evaluate")
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.EVAL))
       function = self._eval_function()
-      function.get_concrete_function(iterator)
-      path = self._restore(checkpoint_path)
-    if path is None:
-      raise ValueError(f"no checkpoint in {self.model_dir} to evaluate: train first")
+      with voice.calling_model_fn(ModeKeys.EVAL, self._use_tpu):
+        function.get_concrete_function(iterator)
+      started = voice.starting_evaluation()
+      runner.begin()
+      with voice.session_creation():
+        self._restore(path)
     step = self._global_step()
-    runner.begin()
     runner.after_create_session()
-    metrics = None
-    losses = []
-    while steps is None or len(losses) < steps:
+    metrics, loss, done = None, surface.MeanLoss(), 0
+    while steps is None or done < steps:
       runner.before_run()
       try:
         with self.strategy.scope():
-          loss, tensors = function(iterator)
+          batch_loss, tensors = function(iterator)
       except tf.errors.OutOfRangeError:
         break
       # The metric_fn runs on the host, outside the strategy, as TPUEstimator's does.
       if metrics is None:
         metrics = _HostMetrics(self._metric_fn, tensors)
       metrics.update(tensors)
-      losses.append(float(loss))
+      loss.add(batch_loss.numpy())
+      done += 1
       runner.after_run(step)
+      voice.evaluation_progress(done, steps)
     runner.end()
-    results = metrics.values() if metrics else {}
-    results["loss"] = sum(losses) / max(len(losses), 1)
-    results["global_step"] = step
-    self._write_eval_summaries(results, step, name)
+    voice.finished_evaluation(started)
+    results = surface.evaluation_results(metrics.values() if metrics else {}, loss.value(), step)
+    event_files.evaluation(self.eval_dir(name), results, path)
     return results
-
-  def _write_eval_summaries(self, results, step, name):
-    directory = os.path.join(self.model_dir, EVAL_DIR if not name else f"{EVAL_DIR}_{name}")
-    writer = self._summary_writer(directory)
-    with writer.as_default():
-      for tag, value in results.items():
-        if tag != "global_step":
-          _write_scalar(tag, value, step)
-    writer.flush()
 
   # Prediction and export.
 
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True):
-    """Yields the model_fn's predictions, per example (or per batch)."""
+    """Yields the model_fn's predictions as the estimator does: per example (or batch), NumPy."""
+    with voice.loop_of("prediction_loop"):
+      yield from self._predict(input_fn, predict_keys, hooks, checkpoint_path,
+                               yield_single_examples)
+    voice.info("%s marked as finished", "prediction_loop")  # TPUEstimator says it twice
+
+  def _predict(self, input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples):
     if hooks:
       distribute_hooks.HookRunner(hooks, ModeKeys.PREDICT)
+    path = checkpoint_path or self.latest_checkpoint()
+    if not path:
+      voice.no_trained_model(self.model_dir, "predict")
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.PREDICT))
       function = self._function("predict", self._predict_step)
-      function.get_concrete_function(iterator)
-      if self._restore(checkpoint_path) is None:
-        raise ValueError(f"no checkpoint in {self.model_dir} to predict with: train first")
+      with voice.calling_model_fn(ModeKeys.PREDICT, self._use_tpu):
+        function.get_concrete_function(iterator)
+      names = surface.check_predict_keys(*self._predictions, predict_keys)
+      with voice.session_creation():
+        self._restore(path)
     while True:
       try:
         with self.strategy.scope():
           batch = function(iterator)
       except tf.errors.OutOfRangeError:
         return
-      batch = {k: v.numpy() for k, v in batch.items()
-               if predict_keys is None or k in predict_keys}
-      if not yield_single_examples:
-        yield batch
-        continue
-      for i in range(len(next(iter(batch.values())))):
-        yield {k: v[i] for k, v in batch.items()}
+      yield from surface.examples({name: batch[name].numpy() for name in names},
+                                  self._predictions[1], yield_single_examples)
 
   def _predict_step(self, iterator):
     features, _ = _features_and_labels(iterator.get_next())
@@ -585,23 +626,15 @@ class DistributeEngine:
     def replica(features):
       spec = self._replica_spec(features, None, ModeKeys.PREDICT)
       predictions = spec.predictions
-      if not isinstance(predictions, dict):
+      are_dict = isinstance(predictions, dict)
+      if not are_dict:
         predictions = {"predictions": predictions}
+      self._predictions = (list(predictions), are_dict)  # names, and whether a dict
       return predictions
 
     with self._store.replicas(), self._store.outside():
       predictions = self.strategy.run(replica, args=(features,))
     return {k: self.strategy.gather(v, axis=0) for k, v in predictions.items()}
-
-  def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
-    """The SavedModel, exported by the estimator from this engine's checkpoint (same names)."""
-    if self._export_estimator_fn is None:
-      raise ValueError("this engine was built without an exporter")
-    return self._export_estimator_fn().export_saved_model(
-        export_dir_base, serving_input_receiver_fn, **kwargs)
-
-  def latest_checkpoint(self):
-    return tf.train.latest_checkpoint(self.model_dir)
 
 
 @contextlib.contextmanager
@@ -613,13 +646,6 @@ def _quiet_tf_log():
     yield
   finally:
     logger.setLevel(level)
-
-
-def _write_scalar(tag, value, step):
-  """A scalar as the Estimator writes it (a simple_value Summary), into the default writer."""
-  summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag,
-                                                                    simple_value=float(value))])
-  tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
 
 
 class _HostMetrics:
@@ -661,6 +687,5 @@ class _HostMetrics:
   def values(self):
     if self._update is None:
       return {}
-    return {name: float(value.numpy()) if value.shape.rank == 0 else value.numpy()
-            for name, value in zip(self._names, self._read())}
+    return {name: value.numpy() for name, value in zip(self._names, self._read())}
 
