@@ -452,8 +452,8 @@ class DistributeEngine(surface.EstimatorSurface):
                                       self._use_tpu)
     loss, stop = None, False
     while step < last and not stop:
-      until_save = save_steps - step % save_steps
-      count = int(min(self._iterations, last - step, until_save))
+      # CheckpointSaverHook's timer: save_steps after the last save (the run's first, too).
+      count = int(min(self._iterations, last - step, saved_at + save_steps - step))
       runner.before_run()
       try:
         loss = function(iterator, tf.constant(count)).numpy()
@@ -467,7 +467,7 @@ class DistributeEngine(surface.EstimatorSurface):
             "model_fn's train_op must add 1 to the global step per step (minimize(loss, "
             "global_step=tf.compat.v1.train.get_or_create_global_step()))")
       step = new_step
-      if step % save_steps == 0 or time.time() - saved_time >= save_secs:
+      if step - saved_at >= save_steps or time.time() - saved_time >= save_secs:
         stop = self._save(listeners)
         saved_at, saved_time = step, time.time()
       watch.after_loop(step, loss)

@@ -174,8 +174,8 @@ def check_predict_keys(names, are_dict, predict_keys):
     raise ValueError("predict_keys argument is not valid in case of non-dict predictions.")
   kept = [name for name in names if name in predict_keys]
   if not kept:
-    raise ValueError(f"Expected to run at least one output from {list(names)}, provided "
-                     f"{predict_keys}.")
+    raise ValueError(f"Expected to run at least one output from {dict.fromkeys(names).keys()}, "
+                     f"provided {predict_keys}.")
   return kept
 
 
