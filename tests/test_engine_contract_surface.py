@@ -15,6 +15,7 @@ import os
 import re
 
 import contract_programs
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -117,8 +118,12 @@ def test_every_method_returns_what_the_estimator_returns(tmp_path):
   assert [len(dict(p["items"])["probabilities"]["value"]) for p in by_engine["predict_keys"]] == [
       4, 4, 2]
   assert by_engine["error_both_steps"] == "ValueError: Can not provide both steps and max_steps."
+  untrained = dict(by_engine["evaluate_untrained"]["items"])  # from the initial values
+  assert untrained["global_step"]["value"] == 0
+  assert untrained["loss"]["value"] == pytest.approx(np.log(2))
+  assert by_engine["after_finite_input"]["value"] == 9  # 3 batches, then the data ended
   assert by_engine["checkpoint_state"].splitlines()[1:] == [
-      f'all_model_checkpoint_paths: "model.ckpt-{n}"' for n in (3, 5, 6)]
+      f'all_model_checkpoint_paths: "model.ckpt-{n}"' for n in (6, 8, 9)]
   assert by_engine["export_savedmodel"][0] == "bytes"
 
 

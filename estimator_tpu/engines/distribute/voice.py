@@ -107,7 +107,7 @@ def step_rate(steps_per_sec, examples_per_sec):
 
 def loss_and_step(loss, step, elapsed_secs):
   """LoggingTensorHook's line for {'loss', 'step'} (TPUEstimator logs it on a TPU)."""
-  text = f"loss = {loss}, step = {step}"
+  text = f"loss = {loss!s}, step = {step!s}"  # a NumPy scalar's str, as the hook's %s
   if elapsed_secs is None:
     info("%s", text)
   else:

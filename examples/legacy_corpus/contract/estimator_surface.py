@@ -3,12 +3,13 @@
   python estimator_surface.py --model_dir=MODEL --results=RESULTS.json
 
 A linear classifier on 40 fixed random points. The program calls train
-(steps, max_steps already reached, saving_listeners), evaluate (steps, name,
-checkpoint_path), predict (predict_keys, yield_single_examples,
-checkpoint_path, a prediction that is not a dict), the three exports,
-get_variable_value / get_variable_names, latest_checkpoint, eval_dir,
-model_dir, config, params and model_fn, and the errors of bad arguments; it
-writes each result with its Python and NumPy types to --results.
+(steps, max_steps already reached, saving_listeners, an input_fn whose data
+ends), evaluate (before any checkpoint, steps, name, checkpoint_path),
+predict (predict_keys, yield_single_examples, checkpoint_path, a prediction
+that is not a dict), the three exports, get_variable_value /
+get_variable_names, latest_checkpoint, eval_dir, model_dir, config, params
+and model_fn, and the errors of bad arguments; it writes each result with its
+Python and NumPy types to --results.
 """
 
 import json
@@ -42,6 +43,11 @@ def eval_input_fn(params):
   x, y = points()
   return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).batch(params["batch_size"],
                                                                   drop_remainder=True)
+
+
+def finite_input_fn(params):
+  x, y = points(12)  # three batches, then the data ends
+  return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).batch(params["batch_size"])
 
 
 def predict_input_fn(params):
@@ -162,6 +168,7 @@ def properties(estimator, seen):
 def training(estimator, seen):
   seen["latest_checkpoint_before"] = estimator.latest_checkpoint()
   seen["get_variable_names_before"] = error_of(estimator.get_variable_names)
+  seen["evaluate_untrained"] = described(estimator.evaluate(eval_input_fn, steps=1))
   seen["train_returns_the_estimator"] = estimator.train(train_input_fn, steps=3) is estimator
   seen["max_steps_reached"] = [estimator.train(train_input_fn, max_steps=3) is estimator,
                                CALLS["train_input_fn"]]
@@ -228,6 +235,8 @@ def main(argv):
   evaluation(estimator, seen)
   prediction(estimator, seen)
   exports(estimator, seen)
+  estimator.train(finite_input_fn)  # no steps: until the data ends
+  seen["after_finite_input"] = described(estimator.get_variable_value("global_step"))
   with tf.gfile.GFile(os.path.join(FLAGS.model_dir, "checkpoint")) as f:
     seen["checkpoint_state"] = f.read()
   with open(FLAGS.results, "w") as f:
