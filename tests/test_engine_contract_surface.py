@@ -95,13 +95,17 @@ def _same_json(by_estimator, by_engine, path=""):
 
 @pytest.mark.slow
 def test_every_method_returns_what_the_estimator_returns(tmp_path):
-  results = {}
+  results, logs = {}, {}
   for engine in contract_programs.ENGINES:
-    seen, _, _ = contract_programs.run("estimator_surface.py", engine, tmp_path)
+    seen, _, stderr = contract_programs.run("estimator_surface.py", engine, tmp_path)
     model_dir = os.path.join(str(tmp_path), engine, "model")
     results[engine] = _replaced(seen, model_dir)
+    logs[engine] = _shapes(_lines(stderr, model_dir))
   by_estimator, by_engine = results["estimator"], results["distribute"]
   _same_json(by_estimator, by_engine)
+  # Every call said what the estimator says, errors included ("Reraising captured error").
+  assert logs["distribute"] == logs["estimator"]
+  assert ("INFO", "Skipping training since max_steps has already saved.") in logs["distribute"]
   # What the estimator gives, so the engine's is known to be it.
   assert by_engine["missing_names"] == []
   assert by_engine["max_steps_reached"] == [True, 1]  # returned at once: no input_fn call
@@ -168,12 +172,14 @@ def _lines(stderr, model_dir):
   return lines
 
 
+def _shapes(lines):
+  return [(level, _NUMBER.sub("N", text)) for level, text in lines]
+
+
 @pytest.mark.slow
 def test_the_engine_logs_the_estimators_lines_in_its_order(voices):
   by_estimator, by_engine = voices["estimator"][1], voices["distribute"][1]
-  shapes = [[(level, _NUMBER.sub("N", text)) for level, text in lines]
-            for lines in (by_estimator, by_engine)]
-  assert shapes[1] == shapes[0]
+  assert _shapes(by_engine) == _shapes(by_estimator)
   for (_, ours), (_, theirs) in zip(by_engine, by_estimator):
     numbers = [float(m.group()) for m in _NUMBER.finditer(ours)]
     assert numbers == pytest.approx([float(m.group()) for m in _NUMBER.finditer(theirs)],

@@ -413,8 +413,8 @@ class DistributeEngine(surface.EstimatorSurface):
     Returns:
       self.
     """
-    surface.check_train_steps(steps, max_steps)
     with voice.loop_of("training_loop"):
+      surface.check_train_steps(steps, max_steps)
       if surface.max_steps_reached(self.model_dir, max_steps):
         voice.skipping_training()
         return self
@@ -545,8 +545,8 @@ class DistributeEngine(surface.EstimatorSurface):
       {metric: NumPy value, 'loss': np.float32 (the mean of the batches'),
       'global_step': np.int64}, as the estimator's evaluate() returns.
     """
-    surface.check_eval_steps(steps)
     with voice.loop_of("evaluation_loop"):
+      surface.check_eval_steps(steps)
       return self._evaluate(input_fn, steps, hooks, checkpoint_path, name)
 
   def _evaluate(self, input_fn, steps, hooks, checkpoint_path, name):
