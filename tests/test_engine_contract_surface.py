@@ -162,8 +162,11 @@ def _lines(stderr, model_dir):
   lines = []
   for line in stderr.splitlines():
     match = _RECORD.match(line)
-    # The compat layer's own line says graph mode or eager execution, by engine.
-    if not match or match.group(2).startswith("estimator_tpu.compat active"):
+    # The compat layer's own line says graph mode or eager execution, by engine. TF 2.15's
+    # StepCounterHook reads the global step alongside the train op and, when its read comes
+    # first, warns that the step "has not been increased"; the engine reads it after the step.
+    if not match or match.group(2).startswith(("estimator_tpu.compat active",
+                                               "It seems that global step")):
       continue
     text = match.group(2).replace(model_dir, "MODEL")
     for pattern, replacement in _VARYING:
