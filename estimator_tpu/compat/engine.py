@@ -73,11 +73,13 @@ class TPUEstimator(_TPUEstimator):
                        f"on {ENGINE_ENV}=distribute")
     tpu_config = run_config.tpu_config
 
-    def exporter():
+    def exporter():  # the program's TPUEstimator off TPU: it exports, as it would have
       return _TPUEstimator(model_fn=model_fn, model_dir=model_dir, config=run_config,
                            params=params, use_tpu=False, train_batch_size=train_batch_size,
                            eval_batch_size=eval_batch_size,
-                           predict_batch_size=predict_batch_size, export_to_tpu=False,
+                           predict_batch_size=predict_batch_size, batch_axis=batch_axis,
+                           eval_on_tpu=eval_on_tpu, export_to_tpu=export_to_tpu,
+                           export_to_cpu=export_to_cpu, warm_start_from=warm_start_from,
                            **kwargs)
 
     engine = distribute_engine.DistributeEngine(

@@ -21,8 +21,9 @@ params)` returning a TPUEstimatorSpec there, and on CPUs and GPUs:
 - checkpoints are the Saver's name-based `model.ckpt-N`; the SavedModel is
   exported by the estimator from the same checkpoint (export/saved_model.py).
 
-The engine presents train / evaluate / predict / export_saved_model as the
-estimators of tpu_estimator.py do, so loop.py does not know which it drives.
+The engine presents TF 2.15's whole TPUEstimator API (surface.py: the same
+methods, arguments, NumPy results, files and INFO lines, voice.py), so loop.py
+and a TPUEstimator program do not know which they drive.
 SessionRunHooks (given to train / evaluate / predict or returned by the
 model_fn) run as in a MonitoredSession, each step's before_run / after_run
 replayed in step order after the loop with the tensors they asked for
@@ -32,7 +33,6 @@ evaluation step and read at its end (distribute/metric_ops.py).
 
 import contextlib
 import os
-import time
 import warnings
 
 import tensorflow as tf
@@ -41,17 +41,21 @@ from tensorflow.python.ops import summary_ops_v2
 from estimator_tpu import stacks
 from estimator_tpu.engines import calls
 from estimator_tpu.engines import tpu_estimator
+from estimator_tpu.engines.distribute import checkpoint_timing
+from estimator_tpu.engines.distribute import event_files
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
 from estimator_tpu.engines.distribute import metric_ops
+from estimator_tpu.engines.distribute import monitors
 from estimator_tpu.engines.distribute import optimizer_rules
 from estimator_tpu.engines.distribute import step_trace
+from estimator_tpu.engines.distribute import surface
 from estimator_tpu.engines.distribute import variables as tf1_variables
+from estimator_tpu.engines.distribute import voice
 
 ModeKeys = stacks.ModeKeys
 KEEP_CHECKPOINTS = tpu_estimator.KEEP_CHECKPOINTS
 SAVE_AT_END = 2 ** 62  # save_checkpoints_steps of a run that checkpoints when train() ends
 CHECKPOINT_NAME = "model.ckpt"
-EVAL_DIR = "eval"
 
 
 class HostContext:
@@ -103,7 +107,7 @@ def _host_call_ops(host_call):
   return [x for x in tf.nest.flatten(result) if isinstance(x, (tf.Tensor, tf.Operation))]
 
 
-class DistributeEngine:
+class DistributeEngine(surface.EstimatorSurface):
   """Runs a TPUEstimator model_fn and its input_fns in tf.functions under `strategy`.
 
   Args:
@@ -122,7 +126,9 @@ class DistributeEngine:
       (preflight on a TensorFlow without XLA for the CPU).
     seed: the global random seed (RunConfig's tf_random_seed), or None.
     warm_start_from: a checkpoint whose trainable variables start a new run.
-    export_estimator_fn: () -> the estimator that exports the SavedModel.
+    export_estimator_fn: () -> the TPUEstimator (use_tpu=False) with the same
+      model_fn, model_dir, config and params: it exports the SavedModel and
+      answers for model_fn and config (surface.py); it is built here.
     run_config: what a model_fn with a `config` argument gets.
     keep_checkpoint_max: checkpoints kept.
     save_checkpoints_secs: also checkpoint when this long has passed since the
@@ -137,7 +143,7 @@ class DistributeEngine:
                keep_checkpoint_max=KEEP_CHECKPOINTS, save_checkpoints_secs=None,
                replica_function=False):
     self._model_fn = model_fn
-    self.params = dict(params)
+    self._user_params = dict(params)
     self.strategy = strategy
     self.model_dir = model_dir
     self._batches = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
@@ -149,11 +155,11 @@ class DistributeEngine:
     self._replica_function = replica_function or jit_compile
     self._seed = seed
     self._warm_start_from = warm_start_from
-    self._export_estimator_fn = export_estimator_fn
-    self._writers = {}  # summary writers of the engine's own summaries, by directory
+    # Built now: its construction logs what TPUEstimator's does ("Using config: ...").
+    self._twin = export_estimator_fn() if export_estimator_fn else None
     self._kept_writers = []  # writers a traced host_call made (see _keeping_writers)
     self._metric_fn = None  # the eval_metrics' metric_fn, from the EVAL trace
-    self.config = run_config
+    self._run_config = run_config
     self._keep = keep_checkpoint_max
     self._save_secs = save_checkpoints_secs
     self._store = tf1_variables.VariableStore()
@@ -163,6 +169,7 @@ class DistributeEngine:
     # The graph each mode's replica step was last traced in (its model_fn ops).
     self.step_graphs = {}
     self._saver = None
+    self._predictions = ([], True)  # the predictions' names, and whether a dict (traced)
     self.host_loop_iterations = iterations_per_loop
 
   @property
@@ -270,13 +277,19 @@ class DistributeEngine:
   # Checkpoints.
 
   def _checkpoint_saver(self):
-    """A name-based Saver over each variable's first copy (the Saver takes no distributed ones)."""
+    """A name-based Saver over each variable's first copy (the Saver takes no distributed ones).
+
+    It keeps checkpoints as the Estimator's Saver does: keep_checkpoint_max
+    of them, and one every keep_checkpoint_every_n_hours besides.
+    """
     if self._saver is None:
       first_copies = {name: self.strategy.experimental_local_results(v)[0]
                       for name, v in self._store.global_variables().items()}
+      hours = getattr(self.config, "keep_checkpoint_every_n_hours", None) or 10000.0
       with _quiet_tf_log():  # "Saver is deprecated": the names are the point here
         self._saver = tf.compat.v1.train.Saver(
-            var_list=first_copies, max_to_keep=self._keep, save_relative_paths=True)
+            var_list=first_copies, max_to_keep=self._keep, save_relative_paths=True,
+            keep_checkpoint_every_n_hours=hours)
       state = tf.train.get_checkpoint_state(self.model_dir)
       if state is not None:
         self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
@@ -286,6 +299,7 @@ class DistributeEngine:
     """Restores the given or newest checkpoint; returns its path (None: fresh start)."""
     path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
     if path:
+      voice.restoring(path)
       self._assign_from(path, self._store.global_variables())
       for var_list in self._store.savers:  # a scaffold's saver, e.g. moving averages
         self._assign_from(path, var_list)
@@ -330,16 +344,23 @@ class DistributeEngine:
           variable.assign(variable.read_value())
 
   def _save(self, listeners):
+    """Saves model.ckpt-STEP as CheckpointSaverHook does; returns whether a listener said stop."""
     step = self._global_step()
+    voice.before_save(step)
     for listener in listeners:
       listener.before_save(None, step)
     tf.io.gfile.makedirs(self.model_dir)
     self._sync_on_read_to_copies()
-    self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
-                                  global_step=step, write_meta_graph=False)
+    save_path = os.path.join(self.model_dir, CHECKPOINT_NAME)
+    voice.saving(step, save_path)
+    self._checkpoint_saver().save(None, save_path, global_step=step, write_meta_graph=False)
+    event_files.checkpoint_saved(self.model_dir, save_path, step)
+    voice.after_save(step)
     stop = False
     for listener in listeners:
-      stop = bool(listener.after_save(None, step)) or stop
+      if listener.after_save(None, step):
+        voice.listener_stopped(listener)
+        stop = True
     return stop
 
   # Training.
@@ -425,66 +446,92 @@ class DistributeEngine:
       return _host_call_ops((fn, joined))
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
-    """Trains to max_steps (or for steps more); checkpoints every save_checkpoints_steps."""
-    if steps is not None and max_steps is not None:
-      raise ValueError("give steps or max_steps, not both")
-    with self.strategy.scope():
-      return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+    """Trains to max_steps (or for steps more); checkpoints every save_checkpoints_steps.
+
+    As the estimator's train(): nothing runs when the newest checkpoint is at
+    max_steps already; the run ends early when the input_fn's data does.
+
+    Returns:
+      self.
+    """
+    with voice.loop_of("training_loop"):
+      surface.check_train_steps(steps, max_steps)
+      if surface.max_steps_reached(self.model_dir, max_steps):
+        voice.skipping_training()
+        return self
+      with self.strategy.scope():
+        loss = self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+      voice.loss_for_final_step(loss)
+    return self
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners):
+    """The training loop; returns the last step's loss (np.float32), None if no step ran.
+
+    Each call of the training function is followed, as each session.run of
+    the Estimator is, by the CheckpointSaverHook's save (when its timer says)
+    and the SummarySaverHook's `loss`, then the hooks' after_run for each of
+    its steps (the program's, the Estimator's NanTensorHook, the model_fn's),
+    then TPUEstimator's step rate and loss lines (monitors.py).
+    """
     iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
     args = (iterator, tf.TensorSpec([], tf.int32))
-    _, trace = self._step_function(ModeKeys.TRAIN, self._train_function, args,
-                                   fresh=True)  # makes the variables
+    with voice.calling_model_fn(ModeKeys.TRAIN, self._use_tpu):
+      _, trace = self._step_function(ModeKeys.TRAIN, self._train_function, args,
+                                     fresh=True)  # makes the variables
     runner, plan = self._hook_runner(ModeKeys.TRAIN, hooks or [], trace, iterator,
                                      [trace.spec.train_op, trace.spec.loss])
-    listeners = [*(saving_listeners or []), *plan.listeners]
-    save_steps = min(self._save_steps, plan.every_steps or self._save_steps)
-    save_secs = min(x for x in (self._save_secs, plan.every_secs, float("inf")) if x)
-    fresh = self._restore() is None
-    self._locals.reset(self._store, self.strategy)
+    saving = checkpoint_timing.CheckpointTiming(
+        self._save, [*(saving_listeners or []), *plan.listeners],
+        min(self._save_steps, plan.every_steps or self._save_steps),
+        min(x for x in (self._save_secs, plan.every_secs, float("inf")) if x))
+    if not (plan.every_steps or plan.every_secs):  # no program's CheckpointSaverHook
+      voice.create_checkpoint_saver()
+    saving.begin()
+    runner.begin()
+    with voice.session_creation():
+      self._restore()
+      self._locals.reset(self._store, self.strategy)
     step = self._global_step()
     last = max_steps if max_steps is not None else (
         step + steps if steps is not None else float("inf"))
     if step >= last:
-      return self
-    for listener in listeners:
-      listener.begin()
-    runner.begin()
+      return None
+    saving.start(step)  # CheckpointSaverHook saves the step a run starts from
     runner.after_create_session(step)
-    if fresh:  # as the Estimator's saver does when a run starts from nothing
-      self._save(listeners)
-    saved_at, saved_time = step, time.time()
-    stop = False
+    watch = monitors.TrainingMonitors(self.model_dir, self._twin, self._batches[ModeKeys.TRAIN],
+                                      self._use_tpu)
+    state, stop = {"loss": None}, False
     while step < last and not stop:
       profiled = plan.profiling.due(step) if plan.profiling else []
       count = 1 if profiled else int(min(
-          self._iterations, last - step, save_steps - step % save_steps, runner.until_cut(step),
+          self._iterations, last - step, saving.until_due(step), runner.until_cut(step),
           plan.profiling.until_due(step) if plan.profiling else float("inf")))
-      state = {}
 
-      def run(leaves, count=count, state=state, step=step, profiled=profiled):
+      def run(leaves, count=count, step=step, profiled=profiled):
         carry = (leaves, trace) if leaves else None
         function = self._step_function(ModeKeys.TRAIN, self._train_function, args, carry)[0]
-        began = time.time()
         call = lambda: function(iterator, tf.constant(count))  # noqa: E731
         loss, arrays = plan.profiling.profile(profiled, step, call) if profiled else call()
-        state.update(loss=float(loss), seconds=time.time() - began)
         self._check_stepped(step, count)
+        state["loss"] = loss.numpy()
+        state["stop"] = saving.after_steps(step + count)
+        watch.summaries(step + count, state["loss"])
         return {key: array.numpy() for key, array in arrays.items()}
 
-      stop = runner.run(step, count, run)
+      try:
+        stop = runner.run(step, count, run)
+      except tf.errors.OutOfRangeError:  # the input_fn's data ended: so does the run
+        step = self._global_step()
+        break
       step = self._global_step()
-      self._write_train_summaries(step, state["loss"], count / max(state["seconds"], 1e-9))
-      if step % save_steps == 0 or time.time() - saved_time >= save_secs:
-        stop = self._save(listeners) or stop
-        saved_at, saved_time = step, time.time()
-    if saved_at != step:
-      self._save(listeners)
-    for listener in listeners:
-      listener.end(None, step)
+      stop = state["stop"] or stop
+      watch.after_loop(step, state["loss"])
+    saving.end(step)
     runner.end(step)
-    return self
+    watch.end()
+    if state["loss"] is None:
+      voice.no_steps()
+    return state["loss"]
 
   def _check_stepped(self, step, count):
     new_step = self._global_step()
@@ -524,19 +571,6 @@ class DistributeEngine:
         return float(loss)
     raise ValueError(f"run_one_step runs TRAIN or EVAL, not {mode!r}")
 
-  def _write_train_summaries(self, step, loss, steps_per_sec):
-    """`loss` and `global_step/sec` in model_dir, as the Estimator's hooks write them."""
-    writer = self._summary_writer(self.model_dir)
-    with writer.as_default():
-      for tag, value in (("loss", loss), ("global_step/sec", steps_per_sec)):
-        _write_scalar(tag, value, step)
-    writer.flush()
-
-  def _summary_writer(self, directory):
-    if directory not in self._writers:
-      self._writers[directory] = tf.summary.create_file_writer(directory)
-    return self._writers[directory]
-
   # Evaluation.
 
   def _eval_function(self, carry=None):
@@ -565,75 +599,97 @@ class DistributeEngine:
     return self._function(step_trace.function_name("eval", carry), eval_step)
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
-    """One pass: {metric: value, 'loss', 'global_step'}; written to model_dir/eval."""
+    """One pass (or `steps` batches): the estimator's dict, written to eval_dir(name).
+
+    Returns:
+      {metric: NumPy value (eval_metrics' metric_fn or an EstimatorSpec's
+      eval_metric_ops), 'loss': np.float32 (the mean of the batches'),
+      'global_step': np.int64}, as the estimator's evaluate() returns.
+    """
+    with voice.loop_of("evaluation_loop"):
+      surface.check_eval_steps(steps)
+      return self._evaluate(input_fn, steps, hooks, checkpoint_path, name)
+
+  def _evaluate(self, input_fn, steps, hooks, checkpoint_path, name):
+    path = checkpoint_path or self.latest_checkpoint()
+    if not path:
+      voice.no_trained_model(self.model_dir, "evaluate")
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.EVAL))
-      _, trace = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,),
-                                     fresh=True)
-      path = self._restore(checkpoint_path)
-    if path is None:
-      raise ValueError(f"no checkpoint in {self.model_dir} to evaluate: train first")
-    self._locals.reset(self._store, self.strategy)
-    step = self._global_step()
+      with voice.calling_model_fn(ModeKeys.EVAL, self._use_tpu):
+        _, trace = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,),
+                                       fresh=True)
     updates = [pair[1] for pair in (getattr(trace.spec, "eval_metric_ops", None) or {}).values()]
-    runner = self._hook_runner(ModeKeys.EVAL, hooks or [], trace, iterator, updates or None)[0]
+    # The estimator's hook of evaluate(steps=N) comes right after the hooks given.
+    runner = self._hook_runner(ModeKeys.EVAL, [*(hooks or []), *voice.evaluation_steps(steps)],
+                               trace, iterator, updates or None)[0]
+    started = voice.starting_evaluation()
     runner.begin()
+    with voice.session_creation():
+      with self.strategy.scope():
+        self._restore(path)
+      self._locals.reset(self._store, self.strategy)
+    step = self._global_step()
     runner.after_create_session(step)
-    metrics = None
-    losses = []
+    metrics, loss = None, surface.MeanLoss()
 
     def run(leaves):
       nonlocal metrics
       carry = (leaves, trace) if leaves else None
       function = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,), carry)[0]
       with self.strategy.scope():
-        loss, tensors, carried = function(iterator)
+        batch_loss, tensors, carried = function(iterator)
       # The metric_fn runs on the host, outside the strategy, as TPUEstimator's does.
       if metrics is None:
         metrics = _HostMetrics(self._metric_fn, tensors)
       metrics.update(tensors)
-      losses.append(float(loss))
+      loss.add(batch_loss.numpy())
       return {key: value.numpy() for key, value in carried.items()}
 
-    while steps is None or len(losses) < steps:
+    stop = False
+    while not stop:  # evaluate(steps=N)'s hook stops it after N
       try:
-        if runner.run(step, 1, run):
-          break
+        stop = runner.run(step, 1, run)
       except tf.errors.OutOfRangeError:
         break
     runner.end(step)
-    results = metrics.values() if metrics else {}
-    results.update(metric_ops.final_values(trace))
-    results["loss"] = sum(losses) / max(len(losses), 1)
-    results["global_step"] = step
-    self._write_eval_summaries(results, step, name)
+    values = {**(metrics.values() if metrics else {}), **metric_ops.final_values(trace)}
+    voice.finished_evaluation(started)
+    results = surface.evaluation_results(values, loss.value(), step)
+    event_files.evaluation(self.eval_dir(name), results, path)
     return results
-
-  def _write_eval_summaries(self, results, step, name):
-    directory = os.path.join(self.model_dir, EVAL_DIR if not name else f"{EVAL_DIR}_{name}")
-    writer = self._summary_writer(directory)
-    with writer.as_default():
-      for tag, value in results.items():
-        if tag != "global_step":
-          _write_scalar(tag, value, step)
-    writer.flush()
 
   # Prediction and export.
 
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True):
-    """Yields the model_fn's predictions, per example (or per batch)."""
+    """Yields the model_fn's predictions as the estimator does: per example (or batch), NumPy."""
+    with voice.loop_of("prediction_loop"):
+      yield from self._predict(input_fn, predict_keys, hooks, checkpoint_path,
+                               yield_single_examples)
+    voice.info("%s marked as finished", "prediction_loop")  # TPUEstimator says it twice
+
+  def _predict(self, input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples):
+    path = checkpoint_path or self.latest_checkpoint()
+    if not path:
+      voice.no_trained_model(self.model_dir, "predict")
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.PREDICT))
-      _, trace = self._step_function(ModeKeys.PREDICT, self._predict_function, (iterator,),
-                                     fresh=True)
-      if self._restore(checkpoint_path) is None:
-        raise ValueError(f"no checkpoint in {self.model_dir} to predict with: train first")
-    self._locals.reset(self._store, self.strategy)
-    step = self._global_step()
-    runner = self._hook_runner(ModeKeys.PREDICT, hooks or [], trace, iterator,
-                               trace.spec.predictions)[0]
+      with voice.calling_model_fn(ModeKeys.PREDICT, self._use_tpu):
+        _, trace = self._step_function(ModeKeys.PREDICT, self._predict_function, (iterator,),
+                                       fresh=True)
+    names, are_dict = self._predictions
+    names = surface.check_predict_keys(names, are_dict, predict_keys)
+    runner = self._hook_runner(
+        ModeKeys.PREDICT, hooks or [], trace, iterator,
+        {name: trace.spec.predictions[name] for name in names} if are_dict and predict_keys
+        else trace.spec.predictions)[0]  # what the estimator's session.run fetches
     runner.begin()
+    with voice.session_creation():
+      with self.strategy.scope():
+        self._restore(path)
+      self._locals.reset(self._store, self.strategy)
+    step = self._global_step()
     runner.after_create_session(step)
     batch = {}
 
@@ -643,8 +699,7 @@ class DistributeEngine:
                                      carry)[0]
       with self.strategy.scope():
         predictions, carried = function(iterator)
-      batch.update({k: v.numpy() for k, v in predictions.items()
-                    if predict_keys is None or k in predict_keys})
+      batch.update({name: predictions[name].numpy() for name in names})
       return {key: value.numpy() for key, value in carried.items()}
 
     stop = False
@@ -654,11 +709,7 @@ class DistributeEngine:
         stop = runner.run(step, 1, run)
       except tf.errors.OutOfRangeError:
         break
-      if not yield_single_examples:
-        yield dict(batch)
-        continue
-      for i in range(len(next(iter(batch.values())))):
-        yield {k: v[i] for k, v in batch.items()}
+      yield from surface.examples(dict(batch), are_dict, yield_single_examples)
     runner.end(step)
 
   def _predict_function(self, carry=None):
@@ -669,8 +720,10 @@ class DistributeEngine:
       def replica(features):
         spec, carried = self._replica_spec(features, None, ModeKeys.PREDICT, carry)
         predictions = spec.predictions
-        if not isinstance(predictions, dict):
+        are_dict = isinstance(predictions, dict)
+        if not are_dict:
           predictions = {"predictions": predictions}
+        self._predictions = (list(predictions), are_dict)  # names, and whether a dict
         return predictions, carried
 
       with self._store.replicas(), self._store.outside():
@@ -679,16 +732,6 @@ class DistributeEngine:
               step_trace.first_replica_steps(self.strategy, carried))
 
     return self._function(step_trace.function_name("predict", carry), predict_step)
-
-  def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
-    """The SavedModel, exported by the estimator from this engine's checkpoint (same names)."""
-    if self._export_estimator_fn is None:
-      raise ValueError("this engine was built without an exporter")
-    return self._export_estimator_fn().export_saved_model(
-        export_dir_base, serving_input_receiver_fn, **kwargs)
-
-  def latest_checkpoint(self):
-    return tf.train.latest_checkpoint(self.model_dir)
 
 
 @contextlib.contextmanager
@@ -700,13 +743,6 @@ def _quiet_tf_log():
     yield
   finally:
     logger.setLevel(level)
-
-
-def _write_scalar(tag, value, step):
-  """A scalar as the Estimator writes it (a simple_value Summary), into the default writer."""
-  summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag,
-                                                                    simple_value=float(value))])
-  tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
 
 
 class _HostMetrics:
@@ -748,6 +784,5 @@ class _HostMetrics:
   def values(self):
     if self._update is None:
       return {}
-    return {name: float(value.numpy()) if value.shape.rank == 0 else value.numpy()
-            for name, value in zip(self._names, self._read())}
+    return {name: value.numpy() for name, value in zip(self._names, self._read())}
 
