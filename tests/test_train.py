@@ -2,14 +2,18 @@
 
 import json
 import os
+import queue
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import program_env
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -127,12 +131,66 @@ def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir)
   assert loop.current_step(model_dir) == killed_at + 3
 
 
-def test_eval_mode_follows_checkpoints_and_stops_at_train_steps(trained_model_dir, digits_dir,
-                                                                capsys):
-  assert _run(f"--data_dir={digits_dir}", f"--model_dir={trained_model_dir}", "--mode=eval",
-              "--train_steps=4", "--eval_timeout_secs=5") == 0
-  assert "step 4/4" in capsys.readouterr().out
-  assert _history(trained_model_dir)[-1]["num_eval_examples"] == NUM_EVAL
+def _cpu_secs(pid):
+  """User + system CPU seconds a process has used so far (Linux: /proc/PID/stat)."""
+  with open(f"/proc/{pid}/stat") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _lines_of(stream):
+  """A queue that gets each line of stream as a thread reads it (None at the end)."""
+  lines = queue.Queue()
+
+  def read():
+    for line in stream:
+      lines.put(line)
+    lines.put(None)
+
+  threading.Thread(target=read, daemon=True).start()
+  return lines
+
+
+def _until(lines, text, seen, timeout=180):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    line = lines.get(timeout=max(deadline - time.time(), 0.1))
+    assert line is not None, "".join(seen)
+    seen.append(line)
+    if text in line:
+      return line
+  raise AssertionError(f"no {text!r} in {''.join(seen)}")
+
+
+def test_eval_mode_sleeps_while_it_waits_and_evaluates_a_new_checkpoint(
+    tmp_path, trained_model_dir, digits_dir):
+  model_dir = str(tmp_path / "evaluated")
+  os.makedirs(model_dir)
+  shutil.copy(os.path.join(trained_model_dir, config_lib.CONFIG_FILE), model_dir)
+  process = subprocess.Popen(
+      [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
+       "--mode=eval", "--train_steps=4", "--eval_timeout_secs=600"], cwd=REPO,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=program_env())
+  try:
+    lines, seen = _lines_of(process.stdout), []
+    waiting = _until(lines, "waiting for", seen)
+    assert f"waiting for a checkpoint in {model_dir}" in waiting
+    cpu, wall = _cpu_secs(process.pid), time.time()
+    time.sleep(4)
+    busy = (_cpu_secs(process.pid) - cpu) / (time.time() - wall)
+    assert busy < 0.05, f"the waiting evaluator used {busy:.0%} of a core"
+    # The trainer's next checkpoint: its files, then the index that names it.
+    newest = tf.train.latest_checkpoint(trained_model_dir)
+    for path in tf.io.gfile.glob(newest + ".*"):
+      shutil.copy(path, model_dir)
+    tf.compat.v1.train.update_checkpoint_state(
+        model_dir, os.path.join(model_dir, os.path.basename(newest)))
+    _until(lines, "step 4/4", seen)
+    assert process.wait(timeout=120) == 0, process.stderr.read()[-2000:]
+  finally:
+    process.kill()
+  assert sum("waiting for" in line for line in seen) == 1, "".join(seen)
+  assert _history(model_dir)[-1]["num_eval_examples"] == NUM_EVAL
 
 
 def test_eval_batch_larger_than_the_eval_set_is_padded(tmp_path, digits_dir):

@@ -15,7 +15,10 @@ from estimator_tpu.run import determinism
 from estimator_tpu.run import preemption
 
 PREFIX = "[estimator_tpu]"
-POLL_SECS = 1  # how often continuous evaluation looks for a new checkpoint
+# Continuous evaluation looks for a new checkpoint once a second, sleeping in between:
+# checkpoints_iterator waits in slices of WAIT_SLICE_SECS (it sleeps 1 s while that
+# leaves time in the slice: a 1 s slice would never sleep), then asks whether to stop.
+WAIT_SLICE_SECS = 2
 SHOWN_METRICS = ("accuracy", "top_5_accuracy", "mean_per_class_accuracy", "macro_f1",
                  "eval_loss", "num_eval_examples")
 
@@ -249,17 +252,13 @@ def continuous_evaluate(estimator, config, inputs, watch=None, hooks=()):
   watch = watch or preemption.Watch()
   hooks = [watch.eval_hook(), *hooks]
   results = {}
-  waited_since = [time.time()]
-
-  def stop_waiting():
-    return watch.requested or time.time() - waited_since[0] >= r.eval_timeout_secs
-
-  for path in tf.train.checkpoints_iterator(r.model_dir, timeout=POLL_SECS,
-                                            timeout_fn=stop_waiting):
+  waiting = _Waiting(r.model_dir, r.eval_timeout_secs, watch)
+  for path in tf.train.checkpoints_iterator(r.model_dir, timeout=WAIT_SLICE_SECS,
+                                            timeout_fn=waiting.should_stop):
     reason = checkpoints.problem(path)
     if reason:
       say(f"skipping damaged checkpoint {path}: {reason}")
-      waited_since[0] = time.time()
+      waiting.restart()
       continue
     try:
       results = evaluate(estimator, inputs, checkpoint_path=path, hooks=hooks)
@@ -270,7 +269,33 @@ def continuous_evaluate(estimator, config, inputs, watch=None, hooks=()):
     record_evaluation(r.model_dir, results, t.train_steps)
     if results["global_step"] >= t.train_steps:
       return results
-    waited_since[0] = time.time()
+    waiting.restart(after_step=results["global_step"])
   stop_if_preempted(watch, r.model_dir)
   say(f"no new checkpoint in {r.model_dir} for {r.eval_timeout_secs}s; stopping")
   return results
+
+
+class _Waiting:
+  """The evaluator's wait for a new checkpoint: said once, ended by a signal or the timeout."""
+
+  def __init__(self, model_dir, timeout_secs, watch):
+    self._model_dir, self._timeout_secs, self._watch = model_dir, timeout_secs, watch
+    self._after_step = None
+    self.restart()
+
+  def restart(self, after_step=None):
+    """A new wait begins (after an evaluation of after_step, or a skipped checkpoint)."""
+    self._since = time.time()
+    self._said = False
+    if after_step is not None:
+      self._after_step = after_step
+
+  def should_stop(self):
+    """checkpoints_iterator's timeout_fn, called after each slice of waiting in vain."""
+    if not self._said:
+      which = ("a checkpoint" if self._after_step is None
+               else f"a checkpoint after step {self._after_step}")
+      say(f"waiting for {which} in {self._model_dir} (stops after "
+          f"--eval_timeout_secs={self._timeout_secs} without one)")
+      self._said = True
+    return self._watch.requested or time.time() - self._since >= self._timeout_secs
