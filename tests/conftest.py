@@ -104,7 +104,7 @@ def trained_model_dir(tmp_path_factory, digits_dir):
   from absl import flags
 
   from estimator_tpu import flags as flags_lib
-  import train
+  from estimator_tpu.cli import train
   model_dir = str(tmp_path_factory.mktemp("trained"))
   flag_values = flags.FlagValues()
   flags_lib.define_flags(flag_values)

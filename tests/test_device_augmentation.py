@@ -10,12 +10,12 @@ import estimator_tpu
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import stacks
+from estimator_tpu.cli import train
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.model import device_augmentation
 from estimator_tpu.run import curves
-import train
 
 ModeKeys = stacks.ModeKeys
 

@@ -21,13 +21,13 @@ from estimator_tpu import cli
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import storage
+from estimator_tpu.cli import train
 from estimator_tpu.export import saved_model
 from estimator_tpu.run import assemble
 from estimator_tpu.run import checkpoints
 from estimator_tpu.run import curves
 from estimator_tpu.run import loop
 from estimator_tpu.run import preemption
-import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",

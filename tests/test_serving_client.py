@@ -23,12 +23,12 @@ import sklearn.datasets
 import tensorflow as tf
 from tensorflow_serving.config import model_server_config_pb2
 
+from estimator_tpu import serving
 from estimator_tpu.data import digits as datasets
 from estimator_tpu.export import contract
 from estimator_tpu.export import warmup
-import serving
-from serving import client
-from serving import predict as predict_lib
+from estimator_tpu.serving import client
+from estimator_tpu.serving import predict as predict_lib
 
 IMAGE_SIZE = 32
 PHOTO = os.path.join(os.path.dirname(sklearn.datasets.__file__), "images", "flower.jpg")

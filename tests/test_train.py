@@ -22,11 +22,11 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import testing
+from estimator_tpu.cli import train
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.run import assemble
 from estimator_tpu.run import loop
-import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",

@@ -33,6 +33,7 @@ import tensorflow as tf
 from estimator_tpu.beam import encode
 from estimator_tpu.beam import manifest as manifest_lib
 from estimator_tpu.beam import plan as plan_lib
+from estimator_tpu.beam import tally
 from estimator_tpu.data import layout
 
 # Inputs travel in chunks: Beam's per-element overhead (about 0.2 ms here)
@@ -90,10 +91,12 @@ class EncodeChunkFn(beam.DoFn):
                                         item.class_name, item.path, self._max_size)
       except plan_lib.RejectedInput as e:
         self._rejects.inc()
+        tally.add(rejected=1)
         stats.add_rejected(str(e))
         rejected.append((item.path, str(e)))
         continue
       self._images.inc()
+      tally.add(encoded=1)
       stats.add_image(item.split, item.class_name, encoded.height,
                       encoded.width, encoded.converted)
       yield encoded.serialized

@@ -321,11 +321,13 @@ def _dataset_files(output_dir):
   return found + sorted(temp_dirs)
 
 
-def check_output_dir(output_dir, overwrite, input_dir=None):
+def check_output_dir(output_dir, overwrite, input_dir=None, report=None):
   """Fails if output_dir is unusable or already holds a dataset.
 
   With overwrite, the old dataset is deleted instead, manifest.json first so
-  the directory never looks complete while it is being replaced.
+  the directory never looks complete while it is being replaced. What a
+  stopped run left (its temporary folder, and no manifest.json) is no dataset:
+  it is removed, and report (if given) says so in one line.
 
   Returns:
     Whether output_dir exists already (always True for gs:// and the like).
@@ -343,12 +345,27 @@ def check_output_dir(output_dir, overwrite, input_dir=None):
     raise InputError(f"--output_dir={output_dir} is inside "
                      f"--input_dir={input_dir}; choose a folder outside it")
   existing = _dataset_files(output_dir)
-  if existing and not overwrite:
+  if existing and not overwrite and not _unfinished(output_dir, existing):
     raise InputError(f"--output_dir={output_dir} already holds a dataset "
                      f"({existing[0].rsplit('/', 1)[-1]}); pass --overwrite "
                      "to replace it")
+  if existing and not overwrite and report:
+    report(f"--output_dir={output_dir} holds what a stopped run left (no "
+           f"{layout.MANIFEST_FILE}): removed {len(existing)} file(s) and folder(s); "
+           "starting again")
   remove_files(existing)
   return not _is_local(output_dir) or os.path.isdir(output_dir)
+
+
+def _unfinished(output_dir, existing):
+  """Whether existing (_dataset_files) is a stopped run's: its temporary folder, no manifest.
+
+  A run writes its temporary folder before any shard and removes it only after
+  manifest.json: shards without either are a dataset made elsewhere.
+  """
+  manifest = FileSystems.join(output_dir, layout.MANIFEST_FILE)
+  temp = FileSystems.join(output_dir, plan_lib.TEMP_DIR_PREFIX)
+  return manifest not in existing and any(path.startswith(temp) for path in existing)
 
 
 def remove_files(paths):

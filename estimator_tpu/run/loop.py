@@ -7,12 +7,14 @@ import time
 
 import tensorflow as tf
 
+from estimator_tpu import progress
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.engines import strategies
 from estimator_tpu.run import checkpoints
 from estimator_tpu.run import curves
 from estimator_tpu.run import determinism
 from estimator_tpu.run import preemption
+from estimator_tpu.run import train_progress
 
 PREFIX = "[estimator_tpu]"
 # Continuous evaluation looks for a new checkpoint once a second, sleeping in between:
@@ -24,8 +26,8 @@ SHOWN_METRICS = ("accuracy", "top_5_accuracy", "mean_per_class_accuracy", "macro
 
 
 def say(message):
-  """Prints one progress line on stdout, marked so it stands out from TF's logs."""
-  print(f"{PREFIX} {message}", file=sys.stdout, flush=True)
+  """Prints one line on stdout, marked so it stands out from TF's logs (above a live line)."""
+  progress.write(f"{PREFIX} {message}", file=sys.stdout)
 
 
 def current_step(model_dir):
@@ -34,15 +36,6 @@ def current_step(model_dir):
   if not checkpoint:
     return 0
   return int(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
-
-
-def _duration(seconds):
-  seconds = int(round(seconds))
-  if seconds >= 3600:
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-  if seconds >= 60:
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-  return f"{seconds}s"
 
 
 @dataclasses.dataclass
@@ -117,9 +110,9 @@ def record_evaluation(model_dir, results, train_steps, extra=None):
     if "train_images_per_sec" in extra:
       line += f" | {extra['train_images_per_sec']:.0f} img/s"
     if "elapsed_secs" in extra:
-      line += f" | elapsed {_duration(extra['elapsed_secs'])}"
+      line += f" | elapsed {progress.duration(extra['elapsed_secs'])}"
     if "eta_secs" in extra:
-      line += f" | ETA {_duration(extra['eta_secs'])}"
+      line += f" | ETA {progress.duration(extra['eta_secs'])}"
   say(line)
   return record
 
@@ -205,6 +198,17 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
     say(f"resuming from step {step} in {r.model_dir}")
   if step >= t.train_steps:
     say(f"step {step} already reaches --train_steps={t.train_steps}: nothing to train")
+  shown = train_progress.TrainProgress(t.train_steps, t.train_batch_size, step, say)
+  try:
+    return _train_loop(estimator, config, inputs, evaluate_each, watch, step,
+                       [*train_hooks, shown.hook()], eval_hooks, shown)
+  finally:
+    shown.close()
+
+
+def _train_loop(estimator, config, inputs, evaluate_each, watch, step, train_hooks, eval_hooks,
+                shown):
+  t, r = config.train, config.runtime
   start = time.time()
   start_step = step
   results = {"global_step": step}
@@ -225,6 +229,7 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
     seconds = time.time() - began
     rate = (target - step) * t.train_batch_size / max(seconds, 1e-9)
     step = target
+    shown.update(step)
     if not evaluating:
       say(f"step {step}/{t.train_steps} | {rate:.0f} img/s")
       continue
