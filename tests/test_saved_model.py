@@ -20,6 +20,7 @@ from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model
+from estimator_tpu.export import versions
 from estimator_tpu.export import warmup
 from estimator_tpu.run import assemble
 
@@ -95,7 +96,11 @@ def test_export_is_a_complete_numeric_version(exported_model, trained_model_dir)
   assert version.isdigit()
   assert os.listdir(export_dir) == [version]  # the staging directory is gone
   extra = os.path.join(exported_model, contract.ASSETS_EXTRA)
-  assert sorted(os.listdir(extra)) == sorted([contract.WARMUP_FILE, contract.LABELS_FILE])
+  assert sorted(os.listdir(extra)) == sorted([contract.WARMUP_FILE, contract.LABELS_FILE,
+                                              versions.SOURCE_FILE])
+  record = versions.read_record(exported_model)
+  assert record["checkpoint"] == tf.train.latest_checkpoint(trained_model_dir)
+  assert record["image_size"] == config_lib.read_config(trained_model_dir).data.image_size
   assert saved_model.latest_export(export_dir) == exported_model
   config = config_lib.read_config(trained_model_dir)
   assert contract.read_labels(exported_model) == list(config.data.class_names)

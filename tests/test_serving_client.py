@@ -270,12 +270,14 @@ def test_batching_parameters_parse_and_are_consistent():
 
 
 def test_readme_commands_match_the_config():
-  with open(os.path.join(serving.CONFIG_DIR, "README.md")) as f:
+  repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(repository, "serving", "README.md")) as f:
     readme = f.read()
   for text in (f"docker run --rm -p {serving.GRPC_PORT}:8500 -p {serving.REST_PORT}:8501",
                serving.SERVING_IMAGE, f"/models/{serving.MODEL_NAME}",
                "--enable_batching --batching_parameters_file=/config/batching_parameters.txt",
                f"localhost:{serving.REST_PORT}/v1/models/{serving.MODEL_NAME}:predict",
                '"image_bytes": {"b64":', "python -m serving.client", "python -m serving.predict",
+               "$PWD/estimator_tpu/serving:/config",
                contract.PREDICT_IMAGES_SIGNATURE, "INVALID_ARGUMENT"):
     assert text in readme, text
