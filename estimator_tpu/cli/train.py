@@ -111,7 +111,17 @@ def _run_guarded(config, info, estimator, exit_at_once):
       checkpoints.discard_unfinished(model_dir)
       message += _resume_hint(model_dir)
     return cli.fail(PROGRAM, message, status)
+  _say_where_the_curves_are(model_dir)
   return 0
+
+
+def _say_where_the_curves_are(model_dir):
+  """The run's last line: its learning curves, and TensorBoard's command for the rest."""
+  curves = os.path.join(model_dir, "learning_curves.png")
+  if os.path.exists(curves) or "://" in curves:
+    loop.say(f"learning curves: {curves}; all the summaries: tensorboard --logdir={model_dir}")
+  else:
+    loop.say(f"summaries: tensorboard --logdir={model_dir}")
 
 
 def _export(estimator, export_dir, watch):
