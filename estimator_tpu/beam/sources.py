@@ -97,6 +97,7 @@ def list_folder(input_dir):
     raise InputError(f"--input_dir={input_dir} does not exist or is not a "
                      "directory")
   metadata = _match(_escape_glob(root) + "/**")
+  shown = input_dir.rstrip("/") or input_dir  # input_dir/ would read input_dir//<class>/
   candidates, rejected = [], []
   for meta in sorted(metadata, key=lambda m: m.path):
     relative = meta.path[len(root) + 1:].replace(os.sep, "/")
@@ -104,13 +105,13 @@ def list_folder(input_dir):
       continue
     if "/" not in relative:
       rejected.append((meta.path, f"{plan_lib.NOT_IN_CLASS_FOLDER}: files "
-                       f"must be in {input_dir}/<class>/"))
+                       f"must be in {shown}/<class>/"))
       continue
     candidates.append(Candidate(meta.path, relative.split("/", 1)[0],
                                 meta.size_in_bytes))
   if not candidates:
     raise InputError(f"--input_dir={input_dir} holds no files in class "
-                     f"sub-folders (expected {input_dir}/<class>/<image>)")
+                     f"sub-folders (expected {shown}/<class>/<image>)")
   return candidates, rejected
 
 
