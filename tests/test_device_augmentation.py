@@ -168,5 +168,5 @@ def test_train_py_trains_and_evaluates_with_augmentation_on_the_device(tmp_path,
   history = curves.read_history(model_dir)
   assert [h["step"] for h in history] == [4]
   assert history[0]["num_eval_examples"] == 37
-  assert np.isfinite(history[0]["loss"])
+  assert np.isfinite(history[0]["eval_loss"])
 

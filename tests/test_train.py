@@ -26,6 +26,7 @@ from estimator_tpu.cli import train
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.run import assemble
+from estimator_tpu.run import curves
 from estimator_tpu.run import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,11 +59,22 @@ def test_trained_model_dir_has_checkpoint_config_history_and_curves(trained_mode
   history = _history(trained_model_dir)
   assert [h["step"] for h in history] == [4]
   assert history[0]["num_eval_examples"] == NUM_EVAL
+  assert isinstance(history[0]["num_eval_examples"], int)  # 37, not 37.0
+  assert "eval_loss" in history[0] and "loss" not in history[0]  # no second name for it
   # Exact eval: accuracy is a whole number of the 37 images over 37.
   correct = history[0]["accuracy"] * NUM_EVAL
   assert abs(correct - round(correct)) < 1e-4 and 0 <= round(correct) <= NUM_EVAL
   with open(os.path.join(trained_model_dir, "learning_curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_learning_curves_read_eval_loss_else_the_estimators_loss():
+  history = [{"step": 2, "eval_loss": 1.5, "loss": 1.6, "num_eval_examples": 37.0},  # older files
+             {"step": 4, "eval_loss": 1.25, "num_eval_examples": 37},
+             {"step": 6, "loss": 0.75},  # a model_fn without an eval_loss metric
+             {"step": 8, "accuracy": 0.5}]
+  assert curves.eval_points(history, curves.EVAL_LOSS_KEYS) == [(2, 1.5), (4, 1.25), (6, 0.75)]
+  assert curves.eval_points(history, ("accuracy",)) == [(8, 0.5)]
 
 
 def _validation_bytes_and_labels(digits_dir):

@@ -10,6 +10,7 @@ import tensorflow as tf
 from estimator_tpu import progress
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.engines import strategies
+from estimator_tpu.model import user_model_fn
 from estimator_tpu.run import checkpoints
 from estimator_tpu.run import curves
 from estimator_tpu.run import determinism
@@ -21,6 +22,7 @@ PREFIX = "[estimator_tpu]"
 # checkpoints_iterator waits in slices of WAIT_SLICE_SECS (it sleeps 1 s while that
 # leaves time in the slice: a 1 s slice would never sleep), then asks whether to stop.
 WAIT_SLICE_SECS = 2
+_COUNTS = ("global_step", user_model_fn.COUNT_METRIC)
 SHOWN_METRICS = ("accuracy", "top_5_accuracy", "mean_per_class_accuracy", "macro_f1",
                  "eval_loss", "num_eval_examples")
 
@@ -97,12 +99,16 @@ def evaluate(estimator, inputs, checkpoint_path=None, hooks=None):
                                  checkpoint_path=checkpoint_path, hooks=hooks)
   except preemption.EvaluationStopped:
     return None
-  return {k: float(v) if k != "global_step" else int(v) for k, v in results.items()}
+  return {k: int(v) if k in _COUNTS else float(v) for k, v in results.items()}
 
 
 def record_evaluation(model_dir, results, train_steps, extra=None):
   """Appends to eval_history.jsonl, redraws learning_curves.png, prints the line."""
   record = dict(results, step=int(results["global_step"]), **(extra or {}))
+  if "eval_loss" in record:
+    # The Estimator's `loss` (the mean of the batches' losses) repeats eval_loss,
+    # which is exact over the eval set; a model_fn without eval_loss keeps it.
+    record.pop("loss", None)
   curves.append_history(model_dir, record)
   curves.write_learning_curves(model_dir)
   line = f"step {record['step']}/{train_steps} | {_format_metrics(results)}"
