@@ -1,6 +1,7 @@
 """The package's face: the public API, the installed commands, and the old module paths."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,57 @@ def test_help_lists_the_commands_own_flags_first_with_their_help(name, installed
   if name != "predict":  # absl's own flags come last, if at all
     first_own = min(out.index(flag) for flag, _ in OWN_FLAGS[name])
     assert out.find("logtostderr") == -1 or out.find("logtostderr") > first_own
+
+
+def _defined_flags(name):
+  """The flags `name` defines: each must be listed by its --help, once."""
+  from absl import flags
+  if name == "predict":
+    from estimator_tpu.serving import predict
+    return {option[2:] for action in predict.build_parser()._actions  # noqa: SLF001
+            for option in action.option_strings if option.startswith("--")} - {"help"}
+  if name == "preprocess":
+    from estimator_tpu.beam import options
+    return set(options.FLAG_NAMES)
+  flag_values = flags.FlagValues()
+  if name == "train":
+    from estimator_tpu import flags as flags_lib
+    from estimator_tpu.cli import train
+    flags_lib.define_flags(flag_values)
+    train.define_entry_flags(flag_values)
+  else:
+    from estimator_tpu.cli import export
+    export.define_flags(flag_values)
+  return {flag_name for flag_name in flag_values if flag_values[flag_name].name == flag_name}
+
+
+def _listed_flags(out, name):
+  """{flag: its help text} from --help: absl's `  --[no]flag: help` or argparse's entries."""
+  if name == "predict":
+    pattern = r"^  --(\w+)(?: [A-Z_]+)?(?:\s+(\S.*))?$"
+  else:
+    pattern = r"^  --(?:\[no\])?(\w+): (.*)$"
+    out = out.split("absl's own flags")[0]
+  listed = {}
+  for flag, help_text in re.findall(pattern, out, re.MULTILINE):
+    assert flag not in listed, f"--{flag} listed twice in {out}"
+    listed[flag] = help_text
+  return listed
+
+
+@pytest.mark.parametrize("name", sorted(OWN_FLAGS))
+def test_help_lists_every_flag_of_the_command_with_help_text(name):
+  done = _run([sys.executable, *SCRIPTS[name], "--help"])
+  assert done.returncode == 0, done.stderr
+  listed = _listed_flags(done.stdout, name)
+  assert set(listed) == _defined_flags(name)
+  if name == "predict":  # argparse puts a long flag's help on the next line
+    lines = done.stdout.splitlines()
+    for flag in listed:
+      at = next(i for i, line in enumerate(lines) if line.startswith(f"  --{flag}"))
+      assert listed[flag] or lines[at + 1].startswith(" " * 10), f"--{flag} has no help"
+  else:
+    assert all(len(text) > 10 for text in listed.values()), listed
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

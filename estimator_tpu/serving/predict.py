@@ -330,18 +330,26 @@ def write_predictions(predictor, items, writer, batch_size, all_probabilities, p
   return stats
 
 
-def parse_args(argv):
+def build_parser():
+  """The command's argparse parser (its flags, for --help and the tests)."""
   parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
   parser.error = lambda message: _usage_error(parser, message)
   parser.add_argument("--saved_model", required=True,
                       help="an export version dir, or the export dir (newest version)")
   parser.add_argument("--input", required=True, help="folder, glob, CSV or TFRecord pattern")
   parser.add_argument("--output", required=True, help="CSV file to write")
-  parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
+  parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
+                      help=f"images per call of the model (default: {DEFAULT_BATCH_SIZE})")
   parser.add_argument("--all_probabilities", action="store_true",
                       help="add one probability column per class, named by class")
   parser.add_argument("--progress_secs", type=float, default=DEFAULT_PROGRESS_SECS,
-                      help="seconds between progress lines on stderr")
+                      help="seconds between progress lines on stderr "
+                           f"(default: {DEFAULT_PROGRESS_SECS:g})")
+  return parser
+
+
+def parse_args(argv):
+  parser = build_parser()
   parsing.check_argparse_flags(parser, sys.argv[1:] if argv is None else argv)
   return parser.parse_args(argv)
 
