@@ -274,6 +274,52 @@ def test_export_without_checkpoint_is_an_error(tmp_path):
   assert not os.path.exists(f"{tmp_path}/e")
 
 
+def _export(model_dir, export_dir):
+  from estimator_tpu.cli import export
+  flag_values = flags.FlagValues()
+  export.define_flags(flag_values)
+  flag_values(["export.py", f"--model_dir={model_dir}", f"--export_dir={export_dir}"])
+  return export.run(flag_values)
+
+
+def _versions(export_dir):
+  return sorted(os.listdir(export_dir), key=int)
+
+
+def test_a_rerun_export_of_an_exported_checkpoint_publishes_nothing_a_new_one_does(
+    trained_model_dir, digits_dir, tmp_path, capsys):
+  model_dir, export_dir = str(tmp_path / "m"), str(tmp_path / "e")
+  shutil.copytree(trained_model_dir, model_dir)
+  capsys.readouterr()
+  assert _export(model_dir, export_dir) == 0
+  [first] = _versions(export_dir)
+  assert _export(model_dir, export_dir) == 0
+  assert _versions(export_dir) == [first]
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  said = capsys.readouterr().out.splitlines()
+  assert said[-1] == (f"[estimator_tpu] {checkpoint} is already exported to {export_dir} as "
+                      f"version {first}, the newest, which TF Serving serves; no new version "
+                      "published")
+  # Two more steps: a new checkpoint, published by train.py --export_dir; its re-run publishes
+  # nothing and names that version; the first is now an older one.
+  command = (f"--data_dir={digits_dir}", f"--model_dir={model_dir}", f"--export_dir={export_dir}",
+             "--train_steps=6", "--steps_per_eval=2", *TINY)
+  assert _run(*command) == 0
+  [_, second] = _versions(export_dir)
+  assert _run(*command) == 0
+  assert _versions(export_dir) == [first, second]
+  said = capsys.readouterr().out.splitlines()
+  assert [line for line in said if "no new version" in line] == [
+      f"[estimator_tpu] {tf.train.latest_checkpoint(model_dir)} is already exported to "
+      f"{export_dir} as version {second}, the newest, which TF Serving serves; no new version "
+      "published"]
+  assert _export(model_dir, export_dir) == 0
+  assert _versions(export_dir) == [first, second]
+  shutil.rmtree(os.path.join(export_dir, second))
+  assert _export(model_dir, export_dir) == 0  # the newest checkpoint's version is gone: again
+  assert len(_versions(export_dir)) == 2 and _versions(export_dir)[0] == first
+
+
 @pytest.mark.parametrize("bad", ["--hparams=batch_size=3", "--hparams=nonsense"])
 def test_bad_hparams_are_errors(tmp_path, digits_dir, capsys, bad):
   message = _error(capsys, f"--data_dir={digits_dir}", f"--model_dir={tmp_path}/m", *TINY, bad)
