@@ -70,13 +70,14 @@ class Progress:
     self._every = plain_secs() if every_secs is None else every_secs
     self._done, self._details = initial, ""
     self._start_count, self._start = initial, time.monotonic()
-    self._last_plain = self._start
+    self._last_plain = self._last_update = self._start
     self._bar = None
     if self._every and _is_terminal(self._stream):
       self._bar = tqdm.tqdm(
           total=total, initial=initial, file=self._stream, leave=False, dynamic_ncols=True,
           mininterval=_LIVE_REDRAW_SECS, unit=noun,
-          bar_format=f"{{n_fmt}}/{{total_fmt}} {noun} |{{bar:24}}| {{postfix}} "
+          # What the job adds goes in {desc}: tqdm's {postfix} starts with ", ".
+          bar_format=f"{{n_fmt}}/{{total_fmt}} {noun} |{{bar:24}}| {{desc}} "
                      "[{elapsed}<{remaining}]")
       _live.append(self._bar)
 
@@ -88,11 +89,22 @@ class Progress:
     rate = self.rate()
     return (self.total - self._done) / rate if rate > 0 else None
 
+  def due(self):
+    """Whether an update() now would show something (a redraw, or a plain line).
+
+    A job whose count costs something to read (a session.run) reads it only then.
+    """
+    now = time.monotonic()
+    if self._bar is not None:
+      return now - self._last_update >= _LIVE_REDRAW_SECS
+    return bool(self._every) and now - self._last_plain >= self._every
+
   def update(self, done, details=""):
     """The job has done `done` of total; details: what it adds to the line (e.g. the loss)."""
     self._done, self._details = done, details
+    self._last_update = time.monotonic()
     if self._bar is not None:
-      self._bar.set_postfix_str(details, refresh=False)
+      self._bar.set_description_str(details, refresh=False)
       self._bar.update(done - self._bar.n)
       return
     now = time.monotonic()

@@ -1,9 +1,16 @@
 """Training's progress line: step / total, loss, images/s and time left, as the steps run.
 
-A SessionRunHook reads the global step and the loss at each session.run (the
-loss the Estimator already fetches: the last of the LOSSES collection, where
-it puts the model_fn's loss). The distribute engine runs hooks without a
-session, so there the line moves once per train() call, from the loop.
+A SessionRunHook asks for the global step and the loss the TF 1 way
+(SessionRunArgs from before_run, as LoggingTensorHook), and only when the line
+is due (a redraw on a terminal, else a plain line every
+ESTIMATOR_TPU_PROGRESS_SECS): other steps run with no extra fetch. The loss is
+the last of the LOSSES collection, where the Estimator puts the model_fn's
+loss; with a session, the step is read again after the run (as
+StepCounterHook does), since one run may take several steps (a TPU's
+iterations_per_loop) and a fetch races the step's own increment. An engine
+that runs hooks without a session serves the fetches from its own values; one
+that serves none (results None) leaves the line to the loop, which moves it
+once per train() call.
 """
 
 import tensorflow as tf
@@ -44,6 +51,10 @@ class TrainProgress:
       details.append(f"{rate * self._batch_size:.0f} img/s")
     self._progress.update(step, " | ".join(details))
 
+  def due(self):
+    """Whether an update now would show something."""
+    return self._progress.due()
+
   def hook(self):
     """A SessionRunHook that updates this progress at every session.run."""
     return _ProgressHook(self)
@@ -67,11 +78,16 @@ class _ProgressHook(tf.compat.v1.train.SessionRunHook):
       self._fetches["loss"] = losses[-1]
 
   def before_run(self, run_context):
-    if run_context.session is None or "step" not in self._fetches:
-      return None  # the distribute engine: no tensors to fetch (its loop reports per call)
+    del run_context
+    if "step" not in self._fetches or not self._progress.due():
+      return None  # no global step (the loop moves the line per train() call), or not due
     return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
     results = run_values.results
-    if results:
-      self._progress.update(int(results["step"]), results.get("loss"))
+    if not results or results.get("step") is None:
+      return
+    step = results["step"]
+    if run_context.session is not None:
+      step = run_context.session.run(self._fetches["step"])
+    self._progress.update(int(step), results.get("loss"))
