@@ -213,6 +213,13 @@ def _temp_dirs(output_dir):
   return [name for name in os.listdir(output_dir) if name.startswith(".preprocess-temp-")]
 
 
+def _running(output_dir):
+  """Whether the run has started its pipeline (written the command into its temporary folder)."""
+  return any(os.path.getsize(os.path.join(output_dir, name, "command.txt")) > 0
+             for name in _temp_dirs(output_dir)
+             if os.path.exists(os.path.join(output_dir, name, "command.txt")))
+
+
 @pytest.mark.parametrize("signal_name,says", [("SIGINT", "interrupted (Ctrl-C)"),
                                               ("SIGTERM", "preempted (SIGTERM)")])
 def test_a_stopped_run_says_one_line_exits_75_and_the_same_command_starts_again(
@@ -221,7 +228,7 @@ def test_a_stopped_run_says_one_line_exits_75_and_the_same_command_starts_again(
   command = (f"--input_dir={digit_photos}", f"--output_dir={out}")
   proc = _start(*command)
   deadline = time.time() + 240
-  while not _temp_dirs(out) and proc.poll() is None and time.time() < deadline:
+  while not _running(out) and proc.poll() is None and time.time() < deadline:
     time.sleep(0.1)
   assert proc.poll() is None, "the run ended before it could be stopped"
   proc.send_signal(getattr(signal, signal_name))
@@ -232,6 +239,14 @@ def test_a_stopped_run_says_one_line_exits_75_and_the_same_command_starts_again(
       f"preprocess.py: {says}; --output_dir={out} holds no dataset yet (no manifest.json): "
       "run the same command to start again"]
   assert not os.path.exists(os.path.join(out, "manifest.json"))
+  [temp] = _temp_dirs(out)
+  with open(os.path.join(out, temp, "command.txt")) as f:
+    assert f.read() == f"python preprocess.py {' '.join(command)}\n"
+  from estimator_tpu import config as config_lib
+  from estimator_tpu.data import data_dir
+  with pytest.raises(config_lib.ConfigError, match="finish it with the command that started "
+                     f"it: python preprocess.py --input_dir={digit_photos} --output_dir={out}$"):
+    data_dir.resolve(config_lib.DataConfig(data_dir=out))  # not trained on
   code, stdout, stderr = _run(*command)
   assert code == 0, stderr
   if _temp_dirs(out):

@@ -222,6 +222,48 @@ def test_tpu_reference_layout_trains_with_num_label_classes(tmp_path):
   assert _history(model_dir)[0]["num_eval_examples"] == 11
 
 
+def _stopped_preprocess_output(folder, command=None):
+  """What a preprocess.py run stopped midway leaves: some shards, its temporary folder."""
+  data_dir = testing.write_digits_dataset(folder, num_train=40, num_eval=11)
+  os.remove(os.path.join(data_dir, "manifest.json"))
+  temp = os.path.join(data_dir, ".preprocess-temp-0123abcd")
+  os.mkdir(temp)
+  if command:
+    with open(os.path.join(temp, "command.txt"), "w") as f:
+      f.write(command + "\n")
+  return data_dir
+
+
+def test_the_output_of_a_stopped_preprocess_run_is_refused_with_the_command_to_finish_it(
+    tmp_path, capsys):
+  command = f"python preprocess.py --input_dir=photos --output_dir={tmp_path}/d"
+  data_dir = _stopped_preprocess_output(str(tmp_path / "d"), command)
+  message = _error(capsys, f"--data_dir={data_dir}", f"--model_dir={tmp_path}/m", *TINY)
+  assert message == (
+      f"train.py: error: --data_dir={data_dir} holds the output of a preprocess.py run that "
+      "stopped before it finished (.preprocess-temp-0123abcd/, no manifest.json); finish it "
+      f"with the command that started it: {command}")
+  message = _error(capsys, f"--train_data={data_dir}/train-*", f"--eval_data={data_dir}/valid*",
+                   "--num_label_classes=10", f"--model_dir={tmp_path}/m", *TINY)
+  assert message.startswith(f"train.py: error: --train_data={data_dir}/train-*: its folder "
+                            f"{data_dir} holds the output of a preprocess.py run that stopped")
+  assert not os.path.exists(f"{tmp_path}/m/config.json")
+
+
+def test_a_stopped_runs_folder_without_its_command_or_with_its_manifest(tmp_path):
+  from estimator_tpu.data import data_dir as data_dir_lib
+  data_dir = _stopped_preprocess_output(str(tmp_path / "d"))
+  with pytest.raises(config_lib.ConfigError, match=(
+      r"no manifest.json\); run the preprocess.py command that wrote it again "
+      rf"\(--output_dir={data_dir}\)$")):
+    data_dir_lib.resolve(config_lib.DataConfig(data_dir=data_dir))
+  # A run killed after its manifest.json, before it removed its temporary folder, is complete.
+  complete = testing.write_digits_dataset(str(tmp_path / "c"), num_train=40, num_eval=11)
+  os.mkdir(os.path.join(complete, ".preprocess-temp-0123abcd"))
+  info = data_dir_lib.resolve(config_lib.DataConfig(data_dir=complete))
+  assert (info.num_train_examples, info.num_eval_examples) == (40, 11)
+
+
 def _error(capsys, *args):
   assert _run(*args) == 2
   err = capsys.readouterr().err.strip().splitlines()

@@ -256,7 +256,7 @@ def _shard_keys(plan):
 def build_pipeline(p, plan):
   """Adds the preprocessing transforms for `plan` to pipeline `p`.
 
-  The inputs are written to a file in a temporary folder of the output
+  The inputs (and plan.command) are written to a temporary folder of the output
   directory now, and only references to chunks of it travel through Beam:
   carried in the graph they would cost ~50 us each to pickle and could exceed
   Dataflow's limit on a job's size, and the DirectRunner would hold them all
@@ -277,7 +277,9 @@ def build_pipeline(p, plan):
     (one dict per shard written) and `manifest` (one dict, written last).
   """
   temp_dir = FileSystems.join(plan.output_dir,
-                              plan_lib.TEMP_DIR_PREFIX + uuid.uuid4().hex)
+                              layout.TEMP_DIR_PREFIX + uuid.uuid4().hex)
+  if plan.command:
+    _write_text(FileSystems.join(temp_dir, layout.COMMAND_FILE), plan.command + "\n", "text/plain")
   chunks = write_items(FileSystems.join(temp_dir, "inputs.jsonl"), plan.items)
   written = (
       p

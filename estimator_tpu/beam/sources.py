@@ -318,7 +318,7 @@ def _dataset_files(output_dir):
   # Part files a crashed run left behind, removed folder by folder.
   temp_dirs = {path[:len(output_dir) + 1] + path[len(output_dir) + 1:]
                .split("/")[0] for path in
-               _matching(output_dir, f"{plan_lib.TEMP_DIR_PREFIX}*/**")}
+               _matching(output_dir, f"{layout.TEMP_DIR_PREFIX}*/**")}
   return found + sorted(temp_dirs)
 
 
@@ -365,7 +365,7 @@ def _unfinished(output_dir, existing):
   manifest.json: shards without either are a dataset made elsewhere.
   """
   manifest = FileSystems.join(output_dir, layout.MANIFEST_FILE)
-  temp = FileSystems.join(output_dir, plan_lib.TEMP_DIR_PREFIX)
+  temp = FileSystems.join(output_dir, layout.TEMP_DIR_PREFIX)
   return manifest not in existing and any(path.startswith(temp) for path in existing)
 
 

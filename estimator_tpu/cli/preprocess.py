@@ -14,10 +14,12 @@ and is removed first). See docs/PREPROCESS.md.
 """
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging as std_logging
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -89,6 +91,12 @@ def _stopped_line(signal_name, output_dir):
   what = "interrupted (Ctrl-C)" if signal_name == "SIGINT" else f"preempted ({signal_name})"
   return (f"{PROG}: {what}; --output_dir={output_dir} holds no dataset yet (no "
           f"{layout.MANIFEST_FILE}): run the same command to start again")
+
+
+def _typed_command():
+  """The command line as the user typed it (`python preprocess.py ...` or the installed one)."""
+  program = f"python {PROG}" if PROG.endswith(".py") else PROG
+  return " ".join([program, *(shlex.quote(arg) for arg in sys.argv[1:])])
 
 
 def _beam_args(pipeline_args, dist_dir):
@@ -215,6 +223,7 @@ def run(argv):
         FLAGS.output_dir, FLAGS.input_dir, FLAGS.input_csv, FLAGS.labels_file,
         FLAGS.validation_fraction, FLAGS.num_shards, FLAGS.max_size,
         preprocess_flags.settings(FLAGS, pipeline_args))
+    plan = dataclasses.replace(plan, command=_typed_command())
     existed = sources.check_output_dir(
         FLAGS.output_dir, FLAGS.overwrite, FLAGS.input_dir,
         report=lambda line: print(f"{PROG}: {line}", flush=True))
