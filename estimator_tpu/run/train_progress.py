@@ -56,7 +56,7 @@ class TrainProgress:
     return self._progress.due()
 
   def hook(self):
-    """A SessionRunHook that updates this progress at every session.run."""
+    """A SessionRunHook that updates this progress after a session.run when a line is due."""
     return _ProgressHook(self)
 
   def close(self):
@@ -64,7 +64,7 @@ class TrainProgress:
 
 
 class _ProgressHook(tf.compat.v1.train.SessionRunHook):
-  """Hands each session.run's global step and loss to a TrainProgress."""
+  """Hands the global step and loss to a TrainProgress, fetched when its line is due."""
 
   def __init__(self, train_progress):
     self._progress = train_progress
