@@ -51,13 +51,13 @@ import tensorflow as tf
 from estimator_tpu import cli
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import testing
+from estimator_tpu.cli import train
 from estimator_tpu.data import digits as datasets
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model as export_lib
 from estimator_tpu.run import assemble
-import train
 
 BATCH_SIZES = (1, 8, 64)
 BATCH_1_IMAGES = 128

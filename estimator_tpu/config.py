@@ -5,10 +5,7 @@ import json
 import os
 import re
 
-import tensorflow as tf
-
-from estimator_tpu import storage
-from estimator_tpu.data import image_ops
+from estimator_tpu.data import crop_forms
 
 CONFIG_FILE = "config.json"
 MODELS = ("flowers", "resnet", "tiny")
@@ -28,13 +25,17 @@ EVAL_CROP = 0.875
 EVAL_CROP_MIN_IMAGE_SIZE = 128
 # --eval_crop_form of a new run: tensorflow/tpu's centred square of the shorter
 # side. A config.json written before the field means the per-side form.
-EVAL_CROP_FORM = image_ops.SQUARE
-EVAL_CROP_FORMS = image_ops.CROP_FORMS
+EVAL_CROP_FORM = crop_forms.SQUARE
+EVAL_CROP_FORMS = crop_forms.CROP_FORMS
 # A re-run may change how long or how fast it trains, never what it trains.
 IDENTITY_FIELDS = (("data", "image_size"), ("data", "num_label_classes"),
                    ("model", "model"), ("model", "resnet_depth"))
 # Nor how it is evaluated and served, where curves and exports must stay comparable.
 EVALUATION_FIELDS = (("data", "eval_crop_form"),)
+# Paths (or file patterns) that config.json saves absolute when they are local.
+PATH_FIELDS = (("data", "data_dir"), ("data", "train_data"), ("data", "eval_data"),
+               ("data", "labels_file"), ("train", "warm_start_from"),
+               ("runtime", "model_dir"), ("runtime", "export_dir"))
 
 
 class ConfigError(ValueError):
@@ -56,8 +57,8 @@ class DataConfig:
   random_flip: bool = True
   # 1.0 (the whole image) is what a config.json written before the key means.
   eval_crop: float = 1.0
-  # image_ops.PER_SIDE is what a config.json written before the key means.
-  eval_crop_form: str = image_ops.PER_SIDE
+  # crop_forms.PER_SIDE is what a config.json written before the key means.
+  eval_crop_form: str = crop_forms.PER_SIDE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,6 +350,7 @@ def _validate_tpu_batches(config):
 
 def read_config(model_dir):
   """The Config saved in model_dir, or None when there is none."""
+  from estimator_tpu import storage  # TensorFlow's gfile: not before the flags are parsed
   path = os.path.join(model_dir, CONFIG_FILE)
   if not storage.exists(path):
     return None
@@ -373,11 +375,28 @@ def check_compatible(saved, config):
 
 
 def write_config(config):
-  """Writes config to model_dir/config.json (creating model_dir); returns the path."""
+  """Writes config to model_dir/config.json (creating model_dir); returns the path.
+
+  Local paths are saved absolute, so that a re-run from another folder (or
+  export.py) finds the same data and directories.
+  """
+  import tensorflow as tf  # not before the flags are parsed: --help answers at once
+
+  from estimator_tpu import storage
   tf.io.gfile.makedirs(config.runtime.model_dir)
   path = os.path.join(config.runtime.model_dir, CONFIG_FILE)
-  storage.write_atomically(path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
+  saved = absolute_paths(config).to_dict()
+  storage.write_atomically(path, json.dumps(saved, indent=2, sort_keys=True))
   return path
+
+
+def absolute_paths(config):
+  """config with its local paths (PATH_FIELDS) made absolute; gs:// and the like kept."""
+  for section, name in PATH_FIELDS:
+    value = getattr(getattr(config, section), name)
+    if value and "://" not in value and not os.path.isabs(value):
+      config = config.replace(section, **{name: os.path.abspath(value)})
+  return config
 
 
 # Accelerator types (gcloud --accelerator-type): the number counts TensorCores

@@ -89,6 +89,10 @@ HELP = {
                   "(device with --use_tpu, else host).",
 }
 
+# --help lists the flags by Config section, under these titles.
+SECTION_TITLES = {"data": "Data", "model": "Model", "train": "Training",
+                  "runtime": "Where and how it runs"}
+
 # Flags whose default is resolved per run (config_from_flags), not a field default.
 RESOLVED_DEFAULTS = {"eval_crop": None, "eval_crop_form": None}
 
@@ -110,6 +114,14 @@ def define_flags(flag_values=flags.FLAGS):
     if field.name not in flag_values:
       default = RESOLVED_DEFAULTS.get(field.name, field.default)
       _DEFINERS[field.type](field.name, default, HELP[field.name], flag_values=flag_values)
+
+
+def help_groups():
+  """[(title, [flag name])]: the Config flags by section, in field order, for --help."""
+  groups = {}
+  for section, field in _flag_fields():
+    groups.setdefault(section, []).append(field.name)
+  return [(SECTION_TITLES[section], names) for section, names in groups.items()]
 
 
 def typed_flags(flag_values=flags.FLAGS):

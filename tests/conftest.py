@@ -15,6 +15,8 @@ from estimator_tpu.run import assemble
 # start (program_env) get the default, graph mode, as a user's program does.
 _EXECUTION_ENV = "ESTIMATOR_TPU_COMPAT_EXECUTION"
 os.environ.setdefault(_EXECUTION_ENV, "eager")
+# No progress lines in what tests read, unless a test asks for them (estimator_tpu/progress.py).
+os.environ.setdefault("ESTIMATOR_TPU_PROGRESS_SECS", "0")
 
 NUM_TRAIN = 200
 NUM_EVAL = 37
@@ -104,7 +106,7 @@ def trained_model_dir(tmp_path_factory, digits_dir):
   from absl import flags
 
   from estimator_tpu import flags as flags_lib
-  import train
+  from estimator_tpu.cli import train
   model_dir = str(tmp_path_factory.mktemp("trained"))
   flag_values = flags.FlagValues()
   flags_lib.define_flags(flag_values)

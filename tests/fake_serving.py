@@ -24,8 +24,8 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
+from estimator_tpu import serving
 from estimator_tpu.export import contract
-import serving
 
 
 class FakeServing:

@@ -9,7 +9,7 @@ from conftest import program_env
 import pytest
 
 from estimator_tpu.beam import package
-import preprocess
+from estimator_tpu.cli import preprocess
 
 DATAFLOW = ["--runner=DataflowRunner", "--project=p", "--region=europe-west4",
             "--temp_location=gs://b/tmp"]
@@ -47,9 +47,24 @@ def test_the_wheel_is_built_from_pyproject_and_leaves_the_checkout_alone(wheel):
   assert os.listdir(os.path.dirname(wheel)) == [os.path.basename(wheel)]
   assert not os.path.exists(os.path.join(root, "build"))
   names = zipfile.ZipFile(wheel).namelist()
-  for module in ("preprocess.py", "estimator_tpu/beam/pipeline.py",
+  for module in ("estimator_tpu/cli/preprocess.py", "estimator_tpu/beam/pipeline.py",
                  "estimator_tpu/beam/encode.py", "estimator_tpu/data/layout.py"):
     assert module in names
+  assert {name.split("/")[0] for name in names} == {
+      "estimator_tpu", "estimator_tpu-0.1.0.dist-info"}
+
+
+def _requires(wheel):
+  """The wheel's Requires-Dist names (without versions or markers)."""
+  archive = zipfile.ZipFile(wheel)
+  metadata = archive.read("estimator_tpu-0.1.0.dist-info/METADATA").decode()
+  return {line.split(":", 1)[1].strip().split(";")[0].split(">")[0].split("<")[0].split("=")[0]
+          .split("[")[0].strip().lower()
+          for line in metadata.splitlines() if line.startswith("Requires-Dist:")}
+
+
+def test_the_workers_wheel_requires_what_the_pipeline_imports_only(wheel):
+  assert _requires(wheel) == {"tensorflow", "apache-beam", "absl-py", "pillow", "numpy"}
 
 
 def test_the_installed_wheel_holds_the_pipelines_dofns(wheel, tmp_path):
@@ -58,7 +73,8 @@ def test_the_installed_wheel_holds_the_pipelines_dofns(wheel, tmp_path):
   subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                   "--disable-pip-version-check", "--target", str(target), wheel],
                  check=True, capture_output=True)
-  code = ("import estimator_tpu.beam.pipeline as p, preprocess\n"
+  code = ("import estimator_tpu.beam.pipeline as p\n"
+          "from estimator_tpu.cli import preprocess\n"
           "print(p.__file__); print(preprocess.__file__)\n"
           "fns = (p.EncodeChunkFn('/tmp/t'), p.ConcatShardFn('/tmp/o', {'train': 1}))\n"
           "print(' '.join(type(fn).__name__ for fn in fns))\n")
@@ -67,5 +83,5 @@ def test_the_installed_wheel_holds_the_pipelines_dofns(wheel, tmp_path):
   assert done.returncode == 0, done.stderr
   lines = done.stdout.splitlines()[-3:]
   assert lines[0] == str(target / "estimator_tpu" / "beam" / "pipeline.py")
-  assert lines[1] == str(target / "preprocess.py")
+  assert lines[1] == str(target / "estimator_tpu" / "cli" / "preprocess.py")
   assert lines[2] == "EncodeChunkFn ConcatShardFn"

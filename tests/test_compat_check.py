@@ -172,10 +172,14 @@ def _module(*args):
                         env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
 
 
-def test_tables_is_the_default_command():
+def test_no_command_is_a_short_usage_and_exit_2_tables_prints_the_tables():
   plain, tables = _module(), _module("tables")
-  assert plain.returncode == tables.returncode == 0
-  assert plain.stdout == tables.stdout == registry.markdown_tables() + "\n"
+  assert plain.returncode == 2 and plain.stdout == ""
+  assert len(plain.stderr.splitlines()) <= 3, plain.stderr
+  assert plain.stderr.startswith("usage: python -m estimator_tpu.compat [-h] {check,tables}")
+  assert "error: name a command: check PROGRAM.py" in plain.stderr
+  assert tables.returncode == 0
+  assert tables.stdout == registry.markdown_tables() + "\n"
 
 
 def test_check_command_exit_status_and_usage_errors(tmp_path):

@@ -1,10 +1,12 @@
 """`import tensorflow.contrib...` and `tensorflow.python.estimator...` once compat is imported."""
 
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -215,3 +217,27 @@ def test_compat_check_reports_tf_1_module_paths_mapped(tmp_path):
   lines = []
   assert check.main([str(program)], out=lines.append) == 0, lines
   assert lines[-1].endswith("runs with only its import line changed")
+
+
+def test_every_tf_1_public_module_path_imports_with_all_its_names():
+  """The rule behind V1_EXAMPLES, checked against the installed TensorFlow's tf.compat.v1.
+
+  Every module of tf.compat.v1 that TensorFlow has no module of its own for
+  imports as `tensorflow.<name>` and gives each name `tf.<name>` has, by
+  `from tensorflow.<name> import <attribute>` as well.
+  """
+  real_tf = importlib.import_module("tensorflow")
+  v1 = real_tf.compat.v1
+  checked = []
+  for name in sorted(dir(v1)):
+    value = getattr(v1, name)
+    if (name.startswith("_") or not isinstance(value, types.ModuleType)
+        or name in registry.TF_OWN_PACKAGES or name in ("estimator", "keras")
+        or importlib.machinery.PathFinder.find_spec(f"tensorflow.{name}", real_tf.__path__)):
+      continue
+    module = importlib.import_module(f"tensorflow.{name}")
+    assert module is value, name
+    for attribute in (a for a in dir(value) if not a.startswith("_")):
+      assert getattr(module, attribute) is getattr(value, attribute), f"{name}.{attribute}"
+    checked.append(name)
+  assert {"app", "gfile", "logging", "layers", "losses"} <= set(checked), checked

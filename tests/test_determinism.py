@@ -12,8 +12,8 @@ from tensorflow.python.framework import config as tf_config
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
+from estimator_tpu.cli import train
 from estimator_tpu.run import determinism
-import train
 
 RUN = [f"--image_size={IMAGE_SIZE}", "--train_batch_size=8", "--eval_batch_size=8",
        "--summary_every_n_steps=1", "--mode=train", "--seed=7"]

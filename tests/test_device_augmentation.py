@@ -10,12 +10,12 @@ import estimator_tpu
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import stacks
+from estimator_tpu.cli import train
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.model import device_augmentation
 from estimator_tpu.run import curves
-import train
 
 ModeKeys = stacks.ModeKeys
 
@@ -168,5 +168,5 @@ def test_train_py_trains_and_evaluates_with_augmentation_on_the_device(tmp_path,
   history = curves.read_history(model_dir)
   assert [h["step"] for h in history] == [4]
   assert history[0]["num_eval_examples"] == 37
-  assert np.isfinite(history[0]["loss"])
+  assert np.isfinite(history[0]["eval_loss"])
 

@@ -24,16 +24,16 @@ import tensorflow as tf
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
+from estimator_tpu import serving
 from estimator_tpu import testing
+from estimator_tpu.cli import export
+from estimator_tpu.cli import train
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model as export_lib
-import export
-import serving
-from serving import client
-from serving import predict as predict_lib
-import train
+from estimator_tpu.serving import client
+from estimator_tpu.serving import predict as predict_lib
 
 CROP = 0.875
 IMAGE_SIZE = 32

@@ -21,13 +21,13 @@ from estimator_tpu import cli
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import storage
+from estimator_tpu.cli import train
 from estimator_tpu.export import saved_model
 from estimator_tpu.run import assemble
 from estimator_tpu.run import checkpoints
 from estimator_tpu.run import curves
 from estimator_tpu.run import loop
 from estimator_tpu.run import preemption
-import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
@@ -495,19 +495,48 @@ def test_other_errors_are_not_retried(tmp_path, monkeypatch, no_sleep):
   assert (flaky.calls, no_sleep) == (1, [])
 
 
+class FullDisk(FlakyFiles):
+  """tf.io.gfile on a disk with `room` bytes free: a write stores that many bytes, then fails."""
+
+  def __init__(self, room):
+    super().__init__(failures=0)
+    self.room = room
+
+  def GFile(self, name, mode="r"):  # noqa: N802 - tf.io.gfile's name
+    real = tf.io.gfile.GFile(name, mode)
+    if "w" not in mode:
+      return real
+    disk = self
+
+    class Filling:
+      def __enter__(self):
+        return self
+
+      def __exit__(self, *exc):
+        real.close()
+
+      def write(self, data):
+        fits = data[:disk.room]
+        real.write(fits)
+        real.flush()
+        disk.room -= len(fits)
+        if len(fits) < len(data):
+          raise OSError(errno.ENOSPC, "No space left on device", name)
+
+      def close(self):
+        real.close()
+
+    return Filling()
+
+
 def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
   path = str(tmp_path / "eval_history.jsonl")
   storage.write_atomically(path, "old\n")
-
-  class FullDisk(FlakyFiles):
-    def GFile(self, name, mode="r"):  # noqa: N802 - tf.io.gfile's name
-      if "w" in mode:
-        raise OSError(errno.ENOSPC, "No space left on device", name)
-      return tf.io.gfile.GFile(name, mode)
-
-  monkeypatch.setattr(storage, "gfile", FullDisk(failures=0))
+  disk = FullDisk(room=100)
+  monkeypatch.setattr(storage, "gfile", disk)
   with pytest.raises(OSError) as raised:
     storage.write_atomically(path, "new\n" * 1000)
+  assert disk.room == 0  # the disk filled up mid-write, after 100 bytes
   assert storage.no_space(raised.value)
   assert open(path).read() == "old\n"
   assert os.listdir(tmp_path) == ["eval_history.jsonl"]

@@ -63,8 +63,8 @@ def test_summaries_every_n_steps_write_only_those_steps(digits_dir, tmp_path):
   from absl import flags
 
   from estimator_tpu import flags as flags_lib
+  from estimator_tpu.cli import train
   from estimator_tpu.engines import choose as tpu_estimator
-  import train
   flag_values = flags.FlagValues()
   flags_lib.define_flags(flag_values)
   flag_values(["train.py", f"--data_dir={digits_dir}", f"--model_dir={tmp_path}",

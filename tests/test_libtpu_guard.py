@@ -79,7 +79,7 @@ kinds = sorted({{d.device_type for d in tf.config.list_physical_devices()}})
 print("devices:", ",".join(kinds), flush=True)
 from absl import flags
 from estimator_tpu import flags as flags_lib
-import train
+from estimator_tpu.cli import train
 flag_values = flags.FlagValues()
 flags_lib.define_flags(flag_values)
 flag_values(["train.py", "--data_dir={data}", "--model_dir={model}", "--model=tiny",

@@ -15,12 +15,12 @@ import tensorflow as tf
 
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import stacks
+from estimator_tpu.cli import train
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.model import model_fn as model_fn_lib
 from estimator_tpu.tpu import checks as tpu_checks
 from estimator_tpu.tpu import findings as findings_lib
 from estimator_tpu.tpu import preflight
-import train
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # These compile one core's step with XLA on the CPU, which the tpu stack's TensorFlow lacks; there

@@ -2,8 +2,11 @@
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 from absl import flags
 import conftest
@@ -192,3 +195,90 @@ def test_dask_runner_by_its_short_name_with_its_options():
   assert options.with_defaults(["--runner", "DaskRunner", "--dask_partition_size=4"]) == [
       "--runner", options.DASK_RUNNER, "--dask_partition_size=4",
       "--default_sdk_harness_log_level=ERROR"]
+
+
+@pytest.fixture(scope="module")
+def digit_photos(tmp_path_factory):
+  """1,797 digit JPEGs in class folders: a run long enough to stop halfway."""
+  folder = str(tmp_path_factory.mktemp("digit_photos"))
+  done = subprocess.run([sys.executable, "-m", "estimator_tpu.data.digits", "digits", folder],
+                        cwd=ROOT, capture_output=True, text=True, env=program_env(), timeout=300)
+  assert done.returncode == 0, done.stderr
+  return folder
+
+
+def _temp_dirs(output_dir):
+  if not os.path.isdir(output_dir):
+    return []
+  return [name for name in os.listdir(output_dir) if name.startswith(".preprocess-temp-")]
+
+
+def _running(output_dir):
+  """Whether the run has started its pipeline (written the command into its temporary folder)."""
+  return any(os.path.getsize(os.path.join(output_dir, name, "command.txt")) > 0
+             for name in _temp_dirs(output_dir)
+             if os.path.exists(os.path.join(output_dir, name, "command.txt")))
+
+
+@pytest.mark.parametrize("signal_name,says", [("SIGINT", "interrupted (Ctrl-C)"),
+                                              ("SIGTERM", "preempted (SIGTERM)")])
+def test_a_stopped_run_says_one_line_exits_75_and_the_same_command_starts_again(
+    digit_photos, tmp_path, signal_name, says):
+  out = str(tmp_path / "data")
+  command = (f"--input_dir={digit_photos}", f"--output_dir={out}")
+  proc = _start(*command)
+  deadline = time.time() + 240
+  while not _running(out) and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.1)
+  assert proc.poll() is None, "the run ended before it could be stopped"
+  proc.send_signal(getattr(signal, signal_name))
+  code, stdout, stderr = _finish(proc)
+  assert code == 75, stderr
+  assert stderr == ""
+  assert stdout.strip().splitlines() == [
+      f"preprocess.py: {says}; --output_dir={out} holds no dataset yet (no manifest.json): "
+      "run the same command to start again"]
+  assert not os.path.exists(os.path.join(out, "manifest.json"))
+  [temp] = _temp_dirs(out)
+  with open(os.path.join(out, temp, "command.txt")) as f:
+    assert f.read() == f"python preprocess.py {' '.join(command)}\n"
+  from estimator_tpu import config as config_lib
+  from estimator_tpu.data import data_dir
+  with pytest.raises(config_lib.ConfigError, match="finish it with the command that started "
+                     f"it: python preprocess.py --input_dir={digit_photos} --output_dir={out}$"):
+    data_dir.resolve(config_lib.DataConfig(data_dir=out))  # not trained on
+  code, stdout, stderr = _run(*command)
+  assert code == 0, stderr
+  if _temp_dirs(out):
+    raise AssertionError(f"temporary output left in {out}")
+  assert "already holds a dataset" not in stdout + stderr
+  with open(os.path.join(out, "manifest.json")) as f:
+    assert json.load(f)["images"]["count"] == 1797
+
+
+def test_progress_shows_images_encoded_and_rejected_when_asked(image_folder, tmp_path):
+  proc = subprocess.Popen([sys.executable, PREPROCESS, f"--input_dir={image_folder}",
+                           f"--output_dir={tmp_path / 'data'}"], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=program_env(ESTIMATOR_TPU_PROGRESS_SECS="0.001"))
+  code, stdout, stderr = _finish(proc)
+  assert code == 0, stderr
+  lines = [line for line in stdout.splitlines() if " images | " in line]
+  assert lines, stdout
+  assert re.fullmatch(r"preprocess\.py: \d+/\d+ images \| \d+ encoded, \d+ rejected \| "
+                      r"\d+ images/s( \| \d+s left)?", lines[-1]), lines[-1]
+
+
+def test_a_stopped_runs_leftovers_are_no_dataset(tmp_path):
+  from estimator_tpu.beam import sources
+  out = tmp_path / "data"
+  (out / ".preprocess-temp-abc").mkdir(parents=True)
+  (out / ".preprocess-temp-abc" / "train-00000-part").write_bytes(b"x")
+  (out / "train-00000-of-00001.tfrecord").write_bytes(b"x")
+  said = []
+  assert sources.check_output_dir(str(out), overwrite=False, report=said.append)
+  assert os.listdir(out) == []
+  assert len(said) == 1 and "holds what a stopped run left" in said[0]
+  (out / "train-00000-of-00001.tfrecord").write_bytes(b"x")  # no temporary folder: a dataset
+  with pytest.raises(sources.InputError, match="already holds a dataset"):
+    sources.check_output_dir(str(out), overwrite=False)

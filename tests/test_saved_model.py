@@ -20,6 +20,7 @@ from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.export import contract
 from estimator_tpu.export import saved_model
+from estimator_tpu.export import versions
 from estimator_tpu.export import warmup
 from estimator_tpu.run import assemble
 
@@ -53,18 +54,6 @@ def run_cli(*args):
   return result.stdout
 
 
-def pickle_flags():
-  """`run`'s flag for object (.npy of bytes) inputs where this TF's CLI asks for one.
-
-  Newer saved_model_cli builds refuse pickled .npy inputs unless `--allow_pickle` is
-  given; older ones have no such flag and refuse it. The CLI's own help says which.
-  """
-  help_text = subprocess.run(SAVED_MODEL_CLI + ["run", "--help"], capture_output=True,
-                             text=True, timeout=300,
-                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout
-  return ["--allow_pickle"] if "--allow_pickle" in help_text else []
-
-
 @pytest.fixture(scope="module")
 def signatures(exported_model):
   loaded = tf.saved_model.load(exported_model)
@@ -95,7 +84,11 @@ def test_export_is_a_complete_numeric_version(exported_model, trained_model_dir)
   assert version.isdigit()
   assert os.listdir(export_dir) == [version]  # the staging directory is gone
   extra = os.path.join(exported_model, contract.ASSETS_EXTRA)
-  assert sorted(os.listdir(extra)) == sorted([contract.WARMUP_FILE, contract.LABELS_FILE])
+  assert sorted(os.listdir(extra)) == sorted([contract.WARMUP_FILE, contract.LABELS_FILE,
+                                              versions.SOURCE_FILE])
+  record = versions.read_record(exported_model)
+  assert record["checkpoint"] == tf.train.latest_checkpoint(trained_model_dir)
+  assert record["image_size"] == config_lib.read_config(trained_model_dir).data.image_size
   assert saved_model.latest_export(export_dir) == exported_model
   config = config_lib.read_config(trained_model_dir)
   assert contract.read_labels(exported_model) == list(config.data.class_names)
@@ -136,19 +129,27 @@ def test_saved_model_cli_shows_the_three_signatures(exported_model):
     assert "tensorflow/serving/predict" in block
 
 
-def test_saved_model_cli_run_on_a_photo(exported_model, tmp_path):
+def test_saved_model_cli_run_on_a_photo(exported_model, signatures, tmp_path):
   inputs = tmp_path / "photo.npy"
-  np.save(inputs, np.array([read_photo()], dtype=object), allow_pickle=True)
+  # Fixed-width bytes (numpy's S dtype), not an object array: it loads without pickle, which
+  # saved_model_cli refuses (TF 2.23) or has no flag to allow (TF 2.15). S drops trailing NUL
+  # bytes; a JPEG ends with its EOI marker, FF D9.
+  photo = read_photo()
+  assert photo.endswith(b"\xff\xd9")
+  batch = np.array([photo])
+  assert batch.dtype == np.dtype(f"S{len(photo)}") and batch[0] == photo
+  np.save(inputs, batch, allow_pickle=False)
   outdir = tmp_path / "out"
   run_cli("run", "--dir", exported_model, "--tag_set", "serve",
           "--signature_def", contract.SERVING_SIGNATURE,
-          "--inputs", f"{contract.IMAGE_BYTES}={inputs}", "--outdir", str(outdir),
-          *pickle_flags())
+          "--inputs", f"{contract.IMAGE_BYTES}={inputs}", "--outdir", str(outdir))
   probabilities = np.load(outdir / f"{contract.PROBABILITIES}.npy")
   classid = np.load(outdir / f"{contract.CLASSID}.npy")
   assert probabilities.shape == (1, NUM_CLASSES)
   np.testing.assert_allclose(probabilities.sum(axis=1), [1.0], atol=1e-5)
   assert classid.tolist() == [int(np.argmax(probabilities[0]))]
+  served = serve(signatures, [photo])  # the same bytes reached the model
+  np.testing.assert_allclose(probabilities, served[contract.PROBABILITIES], atol=1e-5)
 
 
 def test_warmup_requests_parse_and_run(exported_model, signatures):

@@ -23,12 +23,12 @@ import sklearn.datasets
 import tensorflow as tf
 from tensorflow_serving.config import model_server_config_pb2
 
+from estimator_tpu import serving
 from estimator_tpu.data import digits as datasets
 from estimator_tpu.export import contract
 from estimator_tpu.export import warmup
-import serving
-from serving import client
-from serving import predict as predict_lib
+from estimator_tpu.serving import client
+from estimator_tpu.serving import predict as predict_lib
 
 IMAGE_SIZE = 32
 PHOTO = os.path.join(os.path.dirname(sklearn.datasets.__file__), "images", "flower.jpg")
@@ -270,12 +270,14 @@ def test_batching_parameters_parse_and_are_consistent():
 
 
 def test_readme_commands_match_the_config():
-  with open(os.path.join(serving.CONFIG_DIR, "README.md")) as f:
+  repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(repository, "serving", "README.md")) as f:
     readme = f.read()
   for text in (f"docker run --rm -p {serving.GRPC_PORT}:8500 -p {serving.REST_PORT}:8501",
                serving.SERVING_IMAGE, f"/models/{serving.MODEL_NAME}",
                "--enable_batching --batching_parameters_file=/config/batching_parameters.txt",
                f"localhost:{serving.REST_PORT}/v1/models/{serving.MODEL_NAME}:predict",
                '"image_bytes": {"b64":', "python -m serving.client", "python -m serving.predict",
+               "$PWD/estimator_tpu/serving:/config",
                contract.PREDICT_IMAGES_SIGNATURE, "INVALID_ARGUMENT"):
     assert text in readme, text

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from estimator_tpu.data import digits as datasets
 from estimator_tpu.export import contract
-from serving import predict
+from estimator_tpu.serving import predict
 
 IMAGE_SIZE = 32
 NUM_CLASSES = 10

@@ -26,6 +26,15 @@ def test_list_folder_skips_hidden_and_rejects_loose_files(image_folder):
   assert all(c.size is not None for c in candidates)
 
 
+def test_rejected_paths_and_reasons_have_no_double_slash_for_a_trailing_slash(tmp_path):
+  _write(str(tmp_path / "photos" / "cat" / "a.jpg"))
+  _write(str(tmp_path / "photos" / "loose.jpg"))
+  candidates, rejected = pi.list_folder(str(tmp_path / "photos") + "/")
+  assert [c.path for c in candidates] == [str(tmp_path / "photos" / "cat" / "a.jpg")]
+  assert rejected == [(str(tmp_path / "photos" / "loose.jpg"),
+                       f"not_in_class_folder: files must be in {tmp_path}/photos/<class>/")]
+
+
 def test_list_folder_handles_glob_characters_in_names(tmp_path):
   _write(str(tmp_path / "photos [2020]" / "a*b" / "x?.jpg"))
   candidates, _ = pi.list_folder(str(tmp_path / "photos [2020]"))

@@ -3,9 +3,11 @@
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 
+from packaging import version as packaging_version
 import pytest
 import tensorflow as tf
 
@@ -21,17 +23,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Prints what a user's program sees of Keras and the estimator after `first`.
 _PROBE = """
-import json, importlib.metadata, sys
+import json, sys
 {first}
 import tensorflow as tf
 import estimator_tpu
 dense = tf.keras.layers.Dense
 top = dense.__module__.split(".")[0]
-dist = {{"tf_keras": "tf-keras", "keras": "keras"}}[top]
 with tf.Graph().as_default():
   layers = tf.compat.v1.layers.dense(tf.compat.v1.placeholder(tf.float32, [None, 3]), 2)
 from estimator_tpu import stacks
-print(json.dumps({{"package": top, "version": importlib.metadata.version(dist),
+print(json.dumps({{"package": top, "version": sys.modules[top].__version__,
                   "same_as_ours": dense is stacks.keras.layers.Dense,
                   "v1_layer_shape": layers.shape.as_list()}}))
 """
@@ -226,10 +227,44 @@ def test_describe_names_the_distributions_installed_whatever_they_are_called(mon
           "keras-nightly 3.13.0.dev3") in line
 
 
-def test_describe_names_this_stacks_real_distributions():
+# The import packages each stack is made of, beside the rest of its lock.
+STACK_PACKAGES = {"current": ("tensorflow", "tensorflow_estimator", "tf_keras"),
+                  "tpu": ("tensorflow", "tensorflow_estimator", "tf_keras", "libtpu"),
+                  "tf2.15": ("tensorflow", "tensorflow_estimator", "keras")}
+
+
+def _pip_name(name):
+  return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _owner(package):
+  """(distribution, version) whose installed files hold import package `package` (RECORD)."""
+  owners = {(_pip_name(d.metadata["Name"]), d.version) for d in importlib.metadata.distributions()
+            if any(f.parts[0] == package and f.name == "__init__.py" for f in d.files or ())}
+  assert len(owners) == 1, f"{package}: installed by {owners or 'no distribution'}"
+  return owners.pop()
+
+
+def _lock_pins(stack):
+  """{distribution: version} that requirements/<stack>.lock pins."""
+  pins = {}
+  with open(os.path.join(REPO, "requirements", f"{stack}.lock")) as f:
+    for line in f:
+      name, _, version = line.split("#")[0].strip().partition("==")
+      if version:
+        pins[_pip_name(name)] = version.strip()
+  return pins
+
+
+def test_describe_names_the_distributions_that_installed_this_stacks_packages():
+  """Whatever their names (a nightly's are not the lock's); a distribution the lock pins has
+  the lock's version."""
   line = stacks.describe()
-  expected = {"current": ["tf-keras 2.21.0", "tensorflow-cpu 2.21.0"],
-              "tf2.15": ["tensorflow-estimator 2.15.0"],
-              "tpu": ["tensorflow-tpu 2.20.0", "tf-keras 2.20.1", "libtpu 0.0.20"]}
-  for name in expected[stacks.NAME]:
-    assert name in line, line
+  pins = _lock_pins(stacks.NAME)
+  for package in STACK_PACKAGES[stacks.NAME]:
+    name, version = _owner(package)
+    assert f"{name} {version}" in line, line
+    if name in pins:
+      assert version == pins[name], f"{name} {version}: {stacks.NAME}.lock pins {pins[name]}"
+  _, tf_version = _owner("tensorflow")
+  assert packaging_version.Version(tf_version) == packaging_version.Version(tf.__version__)

@@ -2,14 +2,18 @@
 
 import json
 import os
+import queue
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import program_env
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -18,11 +22,12 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import testing
+from estimator_tpu.cli import train
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.data import schema
 from estimator_tpu.run import assemble
+from estimator_tpu.run import curves
 from estimator_tpu.run import loop
-import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
@@ -54,11 +59,22 @@ def test_trained_model_dir_has_checkpoint_config_history_and_curves(trained_mode
   history = _history(trained_model_dir)
   assert [h["step"] for h in history] == [4]
   assert history[0]["num_eval_examples"] == NUM_EVAL
+  assert isinstance(history[0]["num_eval_examples"], int)  # 37, not 37.0
+  assert "eval_loss" in history[0] and "loss" not in history[0]  # no second name for it
   # Exact eval: accuracy is a whole number of the 37 images over 37.
   correct = history[0]["accuracy"] * NUM_EVAL
   assert abs(correct - round(correct)) < 1e-4 and 0 <= round(correct) <= NUM_EVAL
   with open(os.path.join(trained_model_dir, "learning_curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_learning_curves_read_eval_loss_else_the_estimators_loss():
+  history = [{"step": 2, "eval_loss": 1.5, "loss": 1.6, "num_eval_examples": 37.0},  # older files
+             {"step": 4, "eval_loss": 1.25, "num_eval_examples": 37},
+             {"step": 6, "loss": 0.75},  # a model_fn without an eval_loss metric
+             {"step": 8, "accuracy": 0.5}]
+  assert curves.eval_points(history, curves.EVAL_LOSS_KEYS) == [(2, 1.5), (4, 1.25), (6, 0.75)]
+  assert curves.eval_points(history, ("accuracy",)) == [(8, 0.5)]
 
 
 def _validation_bytes_and_labels(digits_dir):
@@ -127,12 +143,66 @@ def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir)
   assert loop.current_step(model_dir) == killed_at + 3
 
 
-def test_eval_mode_follows_checkpoints_and_stops_at_train_steps(trained_model_dir, digits_dir,
-                                                                capsys):
-  assert _run(f"--data_dir={digits_dir}", f"--model_dir={trained_model_dir}", "--mode=eval",
-              "--train_steps=4", "--eval_timeout_secs=5") == 0
-  assert "step 4/4" in capsys.readouterr().out
-  assert _history(trained_model_dir)[-1]["num_eval_examples"] == NUM_EVAL
+def _cpu_secs(pid):
+  """User + system CPU seconds a process has used so far (Linux: /proc/PID/stat)."""
+  with open(f"/proc/{pid}/stat") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _lines_of(stream):
+  """A queue that gets each line of stream as a thread reads it (None at the end)."""
+  lines = queue.Queue()
+
+  def read():
+    for line in stream:
+      lines.put(line)
+    lines.put(None)
+
+  threading.Thread(target=read, daemon=True).start()
+  return lines
+
+
+def _until(lines, text, seen, timeout=180):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    line = lines.get(timeout=max(deadline - time.time(), 0.1))
+    assert line is not None, "".join(seen)
+    seen.append(line)
+    if text in line:
+      return line
+  raise AssertionError(f"no {text!r} in {''.join(seen)}")
+
+
+def test_eval_mode_sleeps_while_it_waits_and_evaluates_a_new_checkpoint(
+    tmp_path, trained_model_dir, digits_dir):
+  model_dir = str(tmp_path / "evaluated")
+  os.makedirs(model_dir)
+  shutil.copy(os.path.join(trained_model_dir, config_lib.CONFIG_FILE), model_dir)
+  process = subprocess.Popen(
+      [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
+       "--mode=eval", "--train_steps=4", "--eval_timeout_secs=600"], cwd=REPO,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=program_env())
+  try:
+    lines, seen = _lines_of(process.stdout), []
+    waiting = _until(lines, "waiting for", seen)
+    assert f"waiting for a checkpoint in {model_dir}" in waiting
+    cpu, wall = _cpu_secs(process.pid), time.time()
+    time.sleep(4)
+    busy = (_cpu_secs(process.pid) - cpu) / (time.time() - wall)
+    assert busy < 0.05, f"the waiting evaluator used {busy:.0%} of a core"
+    # The trainer's next checkpoint: its files, then the index that names it.
+    newest = tf.train.latest_checkpoint(trained_model_dir)
+    for path in tf.io.gfile.glob(newest + ".*"):
+      shutil.copy(path, model_dir)
+    tf.compat.v1.train.update_checkpoint_state(
+        model_dir, os.path.join(model_dir, os.path.basename(newest)))
+    _until(lines, "step 4/4", seen)
+    assert process.wait(timeout=120) == 0, process.stderr.read()[-2000:]
+  finally:
+    process.kill()
+  assert sum("waiting for" in line for line in seen) == 1, "".join(seen)
+  assert _history(model_dir)[-1]["num_eval_examples"] == NUM_EVAL
 
 
 def test_eval_batch_larger_than_the_eval_set_is_padded(tmp_path, digits_dir):
@@ -150,6 +220,48 @@ def test_tpu_reference_layout_trains_with_num_label_classes(tmp_path):
   assert _run(f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--train_steps=1",
               "--steps_per_eval=1", "--num_label_classes=10", *TINY) == 0
   assert _history(model_dir)[0]["num_eval_examples"] == 11
+
+
+def _stopped_preprocess_output(folder, command=None):
+  """What a preprocess.py run stopped midway leaves: some shards, its temporary folder."""
+  data_dir = testing.write_digits_dataset(folder, num_train=40, num_eval=11)
+  os.remove(os.path.join(data_dir, "manifest.json"))
+  temp = os.path.join(data_dir, ".preprocess-temp-0123abcd")
+  os.mkdir(temp)
+  if command:
+    with open(os.path.join(temp, "command.txt"), "w") as f:
+      f.write(command + "\n")
+  return data_dir
+
+
+def test_the_output_of_a_stopped_preprocess_run_is_refused_with_the_command_to_finish_it(
+    tmp_path, capsys):
+  command = f"python preprocess.py --input_dir=photos --output_dir={tmp_path}/d"
+  data_dir = _stopped_preprocess_output(str(tmp_path / "d"), command)
+  message = _error(capsys, f"--data_dir={data_dir}", f"--model_dir={tmp_path}/m", *TINY)
+  assert message == (
+      f"train.py: error: --data_dir={data_dir} holds the output of a preprocess.py run that "
+      "stopped before it finished (.preprocess-temp-0123abcd/, no manifest.json); finish it "
+      f"with the command that started it: {command}")
+  message = _error(capsys, f"--train_data={data_dir}/train-*", f"--eval_data={data_dir}/valid*",
+                   "--num_label_classes=10", f"--model_dir={tmp_path}/m", *TINY)
+  assert message.startswith(f"train.py: error: --train_data={data_dir}/train-*: its folder "
+                            f"{data_dir} holds the output of a preprocess.py run that stopped")
+  assert not os.path.exists(f"{tmp_path}/m/config.json")
+
+
+def test_a_stopped_runs_folder_without_its_command_or_with_its_manifest(tmp_path):
+  from estimator_tpu.data import data_dir as data_dir_lib
+  data_dir = _stopped_preprocess_output(str(tmp_path / "d"))
+  with pytest.raises(config_lib.ConfigError, match=(
+      r"no manifest.json\); run the preprocess.py command that wrote it again "
+      rf"\(--output_dir={data_dir}\)$")):
+    data_dir_lib.resolve(config_lib.DataConfig(data_dir=data_dir))
+  # A run killed after its manifest.json, before it removed its temporary folder, is complete.
+  complete = testing.write_digits_dataset(str(tmp_path / "c"), num_train=40, num_eval=11)
+  os.mkdir(os.path.join(complete, ".preprocess-temp-0123abcd"))
+  info = data_dir_lib.resolve(config_lib.DataConfig(data_dir=complete))
+  assert (info.num_train_examples, info.num_eval_examples) == (40, 11)
 
 
 def _error(capsys, *args):
@@ -202,6 +314,52 @@ def test_export_without_checkpoint_is_an_error(tmp_path):
   assert result.returncode == 2
   assert f"--model_dir={tmp_path} holds no config.json" in result.stderr
   assert not os.path.exists(f"{tmp_path}/e")
+
+
+def _export(model_dir, export_dir):
+  from estimator_tpu.cli import export
+  flag_values = flags.FlagValues()
+  export.define_flags(flag_values)
+  flag_values(["export.py", f"--model_dir={model_dir}", f"--export_dir={export_dir}"])
+  return export.run(flag_values)
+
+
+def _versions(export_dir):
+  return sorted(os.listdir(export_dir), key=int)
+
+
+def test_a_rerun_export_of_an_exported_checkpoint_publishes_nothing_a_new_one_does(
+    trained_model_dir, digits_dir, tmp_path, capsys):
+  model_dir, export_dir = str(tmp_path / "m"), str(tmp_path / "e")
+  shutil.copytree(trained_model_dir, model_dir)
+  capsys.readouterr()
+  assert _export(model_dir, export_dir) == 0
+  [first] = _versions(export_dir)
+  assert _export(model_dir, export_dir) == 0
+  assert _versions(export_dir) == [first]
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  said = capsys.readouterr().out.splitlines()
+  assert said[-1] == (f"[estimator_tpu] {checkpoint} is already exported to {export_dir} as "
+                      f"version {first}, the newest, which TF Serving serves; no new version "
+                      "published")
+  # Two more steps: a new checkpoint, published by train.py --export_dir; its re-run publishes
+  # nothing and names that version; the first is now an older one.
+  command = (f"--data_dir={digits_dir}", f"--model_dir={model_dir}", f"--export_dir={export_dir}",
+             "--train_steps=6", "--steps_per_eval=2", *TINY)
+  assert _run(*command) == 0
+  [_, second] = _versions(export_dir)
+  assert _run(*command) == 0
+  assert _versions(export_dir) == [first, second]
+  said = capsys.readouterr().out.splitlines()
+  assert [line for line in said if "no new version" in line] == [
+      f"[estimator_tpu] {tf.train.latest_checkpoint(model_dir)} is already exported to "
+      f"{export_dir} as version {second}, the newest, which TF Serving serves; no new version "
+      "published"]
+  assert _export(model_dir, export_dir) == 0
+  assert _versions(export_dir) == [first, second]
+  shutil.rmtree(os.path.join(export_dir, second))
+  assert _export(model_dir, export_dir) == 0  # the newest checkpoint's version is gone: again
+  assert len(_versions(export_dir)) == 2 and _versions(export_dir)[0] == first
 
 
 @pytest.mark.parametrize("bad", ["--hparams=batch_size=3", "--hparams=nonsense"])

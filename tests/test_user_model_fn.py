@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
+from estimator_tpu.cli import export
+from estimator_tpu.cli import train
 from estimator_tpu.data import digits
 from estimator_tpu.model import user_model_fn
-import export
-import train
 
 LEGACY = "examples.legacy_tpu_model.model:model_fn"
 

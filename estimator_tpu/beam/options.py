@@ -5,7 +5,6 @@ import importlib
 import logging
 
 from absl import flags
-from apache_beam.options.pipeline_options import PipelineOptions
 
 # Without any of these, the DirectRunner uses every core. Threads, not
 # processes: PIL decodes with the GIL released, while each worker process
@@ -96,11 +95,13 @@ def define_flags(flag_values=flags.FLAGS):
                     "--output_dir.", flag_values=flag_values)
 
 
+FLAG_NAMES = ("input_dir", "input_csv", "labels_file", "output_dir", "validation_fraction",
+              "num_shards", "max_size", "overwrite")
+
+
 def settings(flag_values=flags.FLAGS, pipeline_args=()):
   """The flags used, as recorded in manifest.json."""
-  names = ("input_dir", "input_csv", "labels_file", "output_dir",
-           "validation_fraction", "num_shards", "max_size", "overwrite")
-  used = {name: flag_values[name].value for name in names}
+  used = {name: flag_values[name].value for name in FLAG_NAMES}
   used["pipeline_args"] = list(pipeline_args)
   return used
 
@@ -110,6 +111,8 @@ def unknown_args(args, flag_values=flags.FLAGS):
   problems = _runner_option_problems(list(args))
   if problems:
     return problems
+  # Imported only now: Beam takes a second or two, --help and our own flags' errors do not wait.
+  from apache_beam.options.pipeline_options import PipelineOptions
   parsers = []
   # Beam would log the unknown ones too; we report them as errors instead.
   beam_logger = logging.getLogger(PipelineOptions.__module__)

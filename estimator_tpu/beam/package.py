@@ -1,5 +1,10 @@
 """How a remote runner's workers get this package: a wheel built from pyproject.toml.
 
+The wheel holds the estimator_tpu package and requires only what the
+pipeline's DoFns import ([tool.estimator_tpu.beam-workers] in pyproject.toml),
+not the trainer's and the server's dependencies (TF Serving's API,
+TensorBoard, scikit-learn, matplotlib) that `pip install .` brings.
+
 The DirectRunner's workers are this process's threads; Beam's DaskRunner
 stages nothing (its workers import from their own environment, see
 docs/PREPROCESS.md). Any other runner (Dataflow, Flink, Spark, the portable
@@ -7,10 +12,12 @@ runner) gets the wheel as --extra_package, unless the user says how its
 workers get the code (--setup_file, --extra_package(s) or a container image).
 """
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
 
 from estimator_tpu.beam import options as preprocess_flags
 
@@ -19,9 +26,8 @@ LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunn
                  "InteractiveRunner", "DaskRunner")
 PACKAGE_FLAGS = ("--setup_file", "--extra_package", "--extra_packages",
                  "--sdk_container_image", "--worker_harness_container_image")
-# What the wheel is built from (pyproject.toml's packages and py-modules).
-_SOURCES = ("pyproject.toml", "estimator_tpu", "serving", "train.py", "export.py",
-            "preprocess.py")
+# What the wheel is built from (pyproject.toml's one package).
+_SOURCES = ("pyproject.toml", "estimator_tpu")
 
 
 class PackageError(Exception):
@@ -66,6 +72,8 @@ def build_wheel(dest_dir, python=sys.executable):
     else:
       os.makedirs(source, exist_ok=True)
       shutil.copy2(src, dst)
+  with open(os.path.join(source, "pyproject.toml"), "w") as f:
+    f.write(workers_pyproject(os.path.join(root, "pyproject.toml")))
   cmd = [python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
          "--no-build-isolation", "--no-index", "--wheel-dir", dest_dir, source]
   done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -75,3 +83,29 @@ def build_wheel(dest_dir, python=sys.executable):
                        f"failed ({' '.join(cmd)}):\n{done.stderr.strip()}")
   shutil.rmtree(source)
   return os.path.join(dest_dir, wheels[0])
+
+
+def workers_pyproject(path):
+  """The pyproject.toml the workers' wheel is built from: the project's, with its workers' needs.
+
+  Args:
+    path: the project's pyproject.toml.
+  """
+  with open(path, "rb") as f:
+    pyproject = tomllib.load(f)
+  project = pyproject["project"]
+  setuptools = pyproject["tool"]["setuptools"]
+  needs = pyproject["tool"]["estimator_tpu"]["beam-workers"]["dependencies"]
+  text = json.dumps  # a JSON string is a TOML basic string
+  lines = ["[build-system]", 'requires = ["setuptools>=64"]',
+           'build-backend = "setuptools.build_meta"', "", "[project]",
+           f"name = {text(project['name'])}", f"version = {text(project['version'])}",
+           f"description = {text(project['description'])}",
+           f"requires-python = {text(project['requires-python'])}",
+           f"dependencies = [{', '.join(text(need) for need in needs)}]", "",
+           "[tool.setuptools.packages.find]",
+           f"include = [{', '.join(text(i) for i in setuptools['packages']['find']['include'])}]",
+           "", "[tool.setuptools.package-data]"]
+  for package_name, files in setuptools["package-data"].items():
+    lines.append(f"{text(package_name)} = [{', '.join(text(name) for name in files)}]")
+  return "\n".join(lines) + "\n"

@@ -33,6 +33,7 @@ import tensorflow as tf
 from estimator_tpu.beam import encode
 from estimator_tpu.beam import manifest as manifest_lib
 from estimator_tpu.beam import plan as plan_lib
+from estimator_tpu.beam import tally
 from estimator_tpu.data import layout
 
 # Inputs travel in chunks: Beam's per-element overhead (about 0.2 ms here)
@@ -90,10 +91,12 @@ class EncodeChunkFn(beam.DoFn):
                                         item.class_name, item.path, self._max_size)
       except plan_lib.RejectedInput as e:
         self._rejects.inc()
+        tally.add(rejected=1)
         stats.add_rejected(str(e))
         rejected.append((item.path, str(e)))
         continue
       self._images.inc()
+      tally.add(encoded=1)
       stats.add_image(item.split, item.class_name, encoded.height,
                       encoded.width, encoded.converted)
       yield encoded.serialized
@@ -253,7 +256,7 @@ def _shard_keys(plan):
 def build_pipeline(p, plan):
   """Adds the preprocessing transforms for `plan` to pipeline `p`.
 
-  The inputs are written to a file in a temporary folder of the output
+  The inputs (and plan.command) are written to a temporary folder of the output
   directory now, and only references to chunks of it travel through Beam:
   carried in the graph they would cost ~50 us each to pickle and could exceed
   Dataflow's limit on a job's size, and the DirectRunner would hold them all
@@ -274,7 +277,9 @@ def build_pipeline(p, plan):
     (one dict per shard written) and `manifest` (one dict, written last).
   """
   temp_dir = FileSystems.join(plan.output_dir,
-                              plan_lib.TEMP_DIR_PREFIX + uuid.uuid4().hex)
+                              layout.TEMP_DIR_PREFIX + uuid.uuid4().hex)
+  if plan.command:
+    _write_text(FileSystems.join(temp_dir, layout.COMMAND_FILE), plan.command + "\n", "text/plain")
   chunks = write_items(FileSystems.join(temp_dir, "inputs.jsonl"), plan.items)
   written = (
       p

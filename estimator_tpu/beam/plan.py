@@ -8,8 +8,6 @@ so flag errors fail fast.
 import dataclasses
 import typing
 
-TEMP_DIR_PREFIX = ".preprocess-temp-"
-
 # Reason codes: the first word of each rejected.csv reason and the keys of
 # manifest["rejected"]["by_reason"].
 EMPTY_FILE = "empty_file"
@@ -58,6 +56,8 @@ class Plan:
     num_shards: {split: number of shards}; 0 for a split with no inputs.
     max_size: if set, images whose long side is larger are downsized to it.
     settings: the flags used, recorded in the manifest.
+    command: the command line that started the run, kept in its temporary
+      folder until it ends (so that a stopped run's output says how to finish it).
   """
   labels: tuple
   items: tuple
@@ -66,3 +66,4 @@ class Plan:
   num_shards: dict
   max_size: typing.Optional[int] = None
   settings: dict = dataclasses.field(default_factory=dict)
+  command: str = ""

@@ -97,6 +97,7 @@ def list_folder(input_dir):
     raise InputError(f"--input_dir={input_dir} does not exist or is not a "
                      "directory")
   metadata = _match(_escape_glob(root) + "/**")
+  shown = input_dir.rstrip("/") or input_dir  # input_dir/ would read input_dir//<class>/
   candidates, rejected = [], []
   for meta in sorted(metadata, key=lambda m: m.path):
     relative = meta.path[len(root) + 1:].replace(os.sep, "/")
@@ -104,13 +105,13 @@ def list_folder(input_dir):
       continue
     if "/" not in relative:
       rejected.append((meta.path, f"{plan_lib.NOT_IN_CLASS_FOLDER}: files "
-                       f"must be in {input_dir}/<class>/"))
+                       f"must be in {shown}/<class>/"))
       continue
     candidates.append(Candidate(meta.path, relative.split("/", 1)[0],
                                 meta.size_in_bytes))
   if not candidates:
     raise InputError(f"--input_dir={input_dir} holds no files in class "
-                     f"sub-folders (expected {input_dir}/<class>/<image>)")
+                     f"sub-folders (expected {shown}/<class>/<image>)")
   return candidates, rejected
 
 
@@ -317,15 +318,17 @@ def _dataset_files(output_dir):
   # Part files a crashed run left behind, removed folder by folder.
   temp_dirs = {path[:len(output_dir) + 1] + path[len(output_dir) + 1:]
                .split("/")[0] for path in
-               _matching(output_dir, f"{plan_lib.TEMP_DIR_PREFIX}*/**")}
+               _matching(output_dir, f"{layout.TEMP_DIR_PREFIX}*/**")}
   return found + sorted(temp_dirs)
 
 
-def check_output_dir(output_dir, overwrite, input_dir=None):
+def check_output_dir(output_dir, overwrite, input_dir=None, report=None):
   """Fails if output_dir is unusable or already holds a dataset.
 
   With overwrite, the old dataset is deleted instead, manifest.json first so
-  the directory never looks complete while it is being replaced.
+  the directory never looks complete while it is being replaced. What a
+  stopped run left (its temporary folder, and no manifest.json) is no dataset:
+  it is removed, and report (if given) says so in one line.
 
   Returns:
     Whether output_dir exists already (always True for gs:// and the like).
@@ -343,12 +346,27 @@ def check_output_dir(output_dir, overwrite, input_dir=None):
     raise InputError(f"--output_dir={output_dir} is inside "
                      f"--input_dir={input_dir}; choose a folder outside it")
   existing = _dataset_files(output_dir)
-  if existing and not overwrite:
+  if existing and not overwrite and not _unfinished(output_dir, existing):
     raise InputError(f"--output_dir={output_dir} already holds a dataset "
                      f"({existing[0].rsplit('/', 1)[-1]}); pass --overwrite "
                      "to replace it")
+  if existing and not overwrite and report:
+    report(f"--output_dir={output_dir} holds what a stopped run left (no "
+           f"{layout.MANIFEST_FILE}): removed {len(existing)} file(s) and folder(s); "
+           "starting again")
   remove_files(existing)
   return not _is_local(output_dir) or os.path.isdir(output_dir)
+
+
+def _unfinished(output_dir, existing):
+  """Whether existing (_dataset_files) is a stopped run's: its temporary folder, no manifest.
+
+  A run writes its temporary folder before any shard and removes it only after
+  manifest.json: shards without either are a dataset made elsewhere.
+  """
+  manifest = FileSystems.join(output_dir, layout.MANIFEST_FILE)
+  temp = FileSystems.join(output_dir, layout.TEMP_DIR_PREFIX)
+  return manifest not in existing and any(path.startswith(temp) for path in existing)
 
 
 def remove_files(paths):

@@ -138,14 +138,18 @@ def _v1_target(fullname, path):
   target = new + fullname[len(old):]
   if tf_standins.estimator_alias(target) is not None:
     return None  # tf.compat.v1's estimator is this package's alias; tf.estimator stays as TF has it
-  try:
-    spec = importlib.util.find_spec(target)
-  except ImportError:  # a parent of `target` does not exist
-    return None
-  if spec is None:
+  if not isinstance(_v1_attribute(target), types.ModuleType):
     return None
   _v1_aliases.add(fullname)
   return target
+
+
+def _v1_attribute(target):
+  """What `tf.compat.v1.<rest>` is for target `tensorflow.compat.v1.<rest>`, or None."""
+  module = importlib.import_module(registry.V1_API[1])
+  for part in target[len(registry.V1_API[1]) + 1:].split("."):
+    module = getattr(module, part, None)
+  return module
 
 
 class ModulePathFinder(importlib.abc.MetaPathFinder):
@@ -166,7 +170,17 @@ class ModulePathFinder(importlib.abc.MetaPathFinder):
     if v1 is None:
       return None
     return importlib.util.spec_from_loader(
-        fullname, _moved.AliasLoader(lambda: importlib.import_module(v1)), is_package=True)
+        fullname, _moved.AliasLoader(lambda: v1_module(v1)), is_package=True)
+
+
+def v1_module(target):
+  """The module `tf.compat.v1.<rest>` is, for target `tensorflow.compat.v1.<rest>`.
+
+  The attribute, not importlib's module of that name: TensorFlow fills some of
+  tf.compat.v1's modules after they load (tf.compat.v1.app gets `flags`), and
+  some are attributes only (tf.compat.v1.flags is absl's flags).
+  """
+  return _v1_attribute(target)
 
 
 def install():

@@ -546,7 +546,8 @@ V1_API = ("tensorflow", "tensorflow.compat.v1")
 TF_OWN_PACKAGES = ("python", "compat", "core", "contrib", "_api")
 # One TF 1 public module per line, with a name it held: tests/test_compat_paths.py imports each.
 V1_EXAMPLES = (
-    ("gfile", "Exists"), ("logging", "info"), ("app", "run"), ("python_io", "TFRecordWriter"),
+    ("gfile", "Exists"), ("logging", "info"), ("app", "run"), ("app", "flags"),
+    ("python_io", "TFRecordWriter"),
     ("layers", "dense"), ("losses", "softmax_cross_entropy"), ("metrics", "accuracy"),
     ("initializers", "variance_scaling"), ("resource_loader", "get_data_files_path"),
     ("saved_model.loader", "load"), ("train.queue_runner", "QueueRunner"),

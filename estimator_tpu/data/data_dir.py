@@ -3,6 +3,8 @@
 Reads preprocess.py's layout (train-*/validation-* shards, labels.txt,
 manifest.json) and tensorflow/tpu's jpeg_to_tf_record.py layout (the same
 shards with no manifest; the eval set is then counted from the records).
+A folder where a preprocess.py run stopped (its temporary folder, no
+manifest) is refused, with the command that finishes it.
 """
 
 import dataclasses
@@ -46,6 +48,26 @@ def count_records(pattern):
 def _require_files(pattern, flag):
   if not tf.io.gfile.glob(pattern):
     raise ConfigError(f"{flag}: no files match {pattern}")
+
+
+def _check_finished(directory, flag):
+  """Refuses a folder that a preprocess.py run stopped in (its temporary folder, no manifest).
+
+  Its shards may be partial or missing: training on them would silently use
+  part of the data.
+  """
+  if storage.exists(os.path.join(directory, layout.MANIFEST_FILE)):
+    return
+  temp_dirs = sorted(tf.io.gfile.glob(os.path.join(directory, layout.TEMP_DIR_PREFIX + "*")))
+  if not temp_dirs:
+    return
+  command_file = os.path.join(temp_dirs[-1], layout.COMMAND_FILE)
+  command = storage.read_text(command_file).strip() if storage.exists(command_file) else ""
+  finish = (f"finish it with the command that started it: {command}" if command else
+            f"run the preprocess.py command that wrote it again (--output_dir={directory})")
+  raise ConfigError(
+      f"{flag} holds the output of a preprocess.py run that stopped before it finished "
+      f"({os.path.basename(temp_dirs[-1].rstrip('/'))}/, no {layout.MANIFEST_FILE}); {finish}")
 
 
 def _read_manifest(data_dir):
@@ -102,6 +124,12 @@ def resolve(data, need_train=True, need_eval=True):
                       "or --train_data and --eval_data file patterns")
   if data.data_dir and not tf.io.gfile.isdir(data.data_dir):
     raise ConfigError(f"--data_dir={data.data_dir} is not a directory")
+  if data.data_dir:
+    _check_finished(data.data_dir, f"--data_dir={data.data_dir}")
+  for flag, pattern in (("--train_data", data.train_data), ("--eval_data", data.eval_data)):
+    folder = os.path.dirname(pattern or "")
+    if folder and not any(c in folder for c in "*?[") and tf.io.gfile.isdir(folder):
+      _check_finished(folder, f"{flag}={pattern}: its folder {folder}")
   train = data.train_data or os.path.join(data.data_dir, layout.TRAIN_GLOB)
   evaluation = data.eval_data or os.path.join(data.data_dir, layout.EVAL_GLOB)
   if need_train:

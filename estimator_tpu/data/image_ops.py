@@ -20,6 +20,7 @@ decodes trade exact pixels for speed within documented tolerances
 import tensorflow as tf
 
 from estimator_tpu import stacks
+from estimator_tpu.data import crop_forms
 
 # ImageNet channel statistics on the 0..255 scale (tensorflow/tpu's values).
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -67,14 +68,10 @@ def resize_for_eval(image, image_size):
   return image
 
 
-# --eval_crop_form: what --eval_crop keeps. SQUARE is tensorflow/tpu's ResNet and
-# EfficientNet evaluation crop: a centred square of the fraction of the shorter
-# side, so the object keeps its aspect ratio. PER_SIDE keeps the fraction of
-# each side (tf.image.central_crop), which the resize to a square then
-# stretches; it is what a run saved before the choice existed evaluates with.
-SQUARE = "square"
-PER_SIDE = "per_side"
-CROP_FORMS = (SQUARE, PER_SIDE)
+# --eval_crop_form: what --eval_crop keeps (data/crop_forms.py says what each form is).
+SQUARE = crop_forms.SQUARE
+PER_SIDE = crop_forms.PER_SIDE
+CROP_FORMS = crop_forms.CROP_FORMS
 
 
 def central_window(image_shape, central_fraction):

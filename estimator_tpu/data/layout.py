@@ -17,6 +17,10 @@ MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 REJECTED_FILE = "rejected.csv"
 REJECTED_HEADER = ("path", "reason")
+# A run writes here first (its inputs, the command that started it) and removes the folder after
+# manifest.json: the folder without a manifest is a stopped run's output, not a dataset.
+TEMP_DIR_PREFIX = ".preprocess-temp-"
+COMMAND_FILE = "command.txt"
 
 
 def shard_name(split, index, num_shards):

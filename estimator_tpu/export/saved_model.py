@@ -16,6 +16,7 @@ from estimator_tpu import stacks
 from estimator_tpu.data import image_ops
 from estimator_tpu.data import schema
 from estimator_tpu.export import contract
+from estimator_tpu.export import versions
 from estimator_tpu.export import warmup
 
 # Staging directories are not numeric, so TF Serving never loads a half-written export.
@@ -181,11 +182,9 @@ def export_saved_model(estimator, export_dir, image_size=None, checkpoint_path=N
   Returns:
     The version directory path (str).
   """
-  image_size = image_size or estimator.params["image_size"]
-  if central_fraction is None:
-    central_fraction = float(estimator.params.get("eval_crop", contract.WHOLE_IMAGE))
-  if crop_form is None:
-    crop_form = estimator.params.get("eval_crop_form", contract.OLD_CROP_FORM)
+  image_size, central_fraction, crop_form = _serving_settings(
+      estimator, image_size, central_fraction, crop_form)
+  checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(estimator.model_dir)
   staging = os.path.join(export_dir, _STAGING_PREFIX + uuid.uuid4().hex)
   preprocessing = {}
   try:
@@ -202,10 +201,43 @@ def export_saved_model(estimator, export_dir, image_size=None, checkpoint_path=N
     class_names = estimator.params.get("class_names")
     if class_names:
       contract.write_labels(staged, class_names)
+    if checkpoint_path:
+      versions.write_record(staged, _source_record(
+          estimator, checkpoint_path, image_size, central_fraction, crop_form))
     return _publish(staged, export_dir)
   finally:
     if tf.io.gfile.exists(staging):
       tf.io.gfile.rmtree(staging)
+
+
+def _serving_settings(estimator, image_size, central_fraction, crop_form):
+  """(image_size, central_fraction, crop_form), the run's params filling in what is None."""
+  image_size = image_size or estimator.params["image_size"]
+  if central_fraction is None:
+    central_fraction = float(estimator.params.get("eval_crop", contract.WHOLE_IMAGE))
+  if crop_form is None:
+    crop_form = estimator.params.get("eval_crop_form", contract.OLD_CROP_FORM)
+  return image_size, central_fraction, crop_form
+
+
+def _source_record(estimator, checkpoint_path, image_size, central_fraction, crop_form):
+  params = dict(estimator.params, image_size=image_size, eval_crop=central_fraction,
+                eval_crop_form=crop_form)
+  return versions.source_record(checkpoint_path, params)
+
+
+def find_export(estimator, export_dir, checkpoint_path=None, image_size=None,
+                central_fraction=None, crop_form=None):
+  """The version dir under export_dir that already holds this export, or None.
+
+  Same arguments as export_saved_model; the checkpoint is compared by content
+  (export/versions.py), so a re-run publishes no identical version.
+  """
+  checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(estimator.model_dir)
+  if not checkpoint_path:
+    return None
+  settings = _serving_settings(estimator, image_size, central_fraction, crop_form)
+  return versions.find(export_dir, _source_record(estimator, checkpoint_path, *settings))
 
 
 def latest_export(export_dir):

@@ -13,6 +13,10 @@ HISTORY_FILE = "eval_history.jsonl"
 CURVES_FILE = "learning_curves.png"
 TRAIN_LOSS_TAG = "train/loss"
 TRAIN_ACCURACY_TAG = "train/accuracy"
+# An evaluation's loss: eval_loss, else the Estimator's `loss` (what a model_fn
+# without an eval_loss metric reports; files written before eval_loss stood
+# alone hold both).
+EVAL_LOSS_KEYS = ("eval_loss", "loss")
 
 
 def read_scalars(log_dir, tags):
@@ -70,6 +74,16 @@ def set_aside_history_after(model_dir, step, aside_dir):
   return len(later)
 
 
+def eval_points(history, keys):
+  """[(step, value)] of the evaluation records: each record's first key of keys it has."""
+  points = []
+  for record in history:
+    key = next((k for k in keys if k in record), None)
+    if key is not None:
+      points.append((record["step"], record[key]))
+  return points
+
+
 def _plot(axis, points, label, style="-"):
   if points:
     steps, values = zip(*points)
@@ -95,11 +109,9 @@ def write_learning_curves(model_dir):
   history = read_history(model_dir)
   figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
   _plot(loss_axis, _smooth(scalars[TRAIN_LOSS_TAG]), "train")
-  _plot(loss_axis, [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h],
-        "eval", "o-")
+  _plot(loss_axis, eval_points(history, EVAL_LOSS_KEYS), "eval", "o-")
   _plot(accuracy_axis, _smooth(scalars[TRAIN_ACCURACY_TAG]), "train (batch)")
-  _plot(accuracy_axis, [(h["step"], h["accuracy"]) for h in history if "accuracy" in h],
-        "eval", "o-")
+  _plot(accuracy_axis, eval_points(history, ("accuracy",)), "eval", "o-")
   for axis, name in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
     axis.set_xlabel("step")
     axis.set_ylabel(name)

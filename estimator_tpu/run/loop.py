@@ -7,22 +7,29 @@ import time
 
 import tensorflow as tf
 
+from estimator_tpu import progress
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.engines import strategies
+from estimator_tpu.model import user_model_fn
 from estimator_tpu.run import checkpoints
 from estimator_tpu.run import curves
 from estimator_tpu.run import determinism
 from estimator_tpu.run import preemption
+from estimator_tpu.run import train_progress
 
 PREFIX = "[estimator_tpu]"
-POLL_SECS = 1  # how often continuous evaluation looks for a new checkpoint
+# Continuous evaluation looks for a new checkpoint once a second, sleeping in between:
+# checkpoints_iterator waits in slices of WAIT_SLICE_SECS (it sleeps 1 s while that
+# leaves time in the slice: a 1 s slice would never sleep), then asks whether to stop.
+WAIT_SLICE_SECS = 2
+_COUNTS = ("global_step", user_model_fn.COUNT_METRIC)
 SHOWN_METRICS = ("accuracy", "top_5_accuracy", "mean_per_class_accuracy", "macro_f1",
                  "eval_loss", "num_eval_examples")
 
 
 def say(message):
-  """Prints one progress line on stdout, marked so it stands out from TF's logs."""
-  print(f"{PREFIX} {message}", file=sys.stdout, flush=True)
+  """Prints one line on stdout, marked so it stands out from TF's logs (above a live line)."""
+  progress.write(f"{PREFIX} {message}", file=sys.stdout)
 
 
 def current_step(model_dir):
@@ -31,15 +38,6 @@ def current_step(model_dir):
   if not checkpoint:
     return 0
   return int(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
-
-
-def _duration(seconds):
-  seconds = int(round(seconds))
-  if seconds >= 3600:
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-  if seconds >= 60:
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-  return f"{seconds}s"
 
 
 @dataclasses.dataclass
@@ -101,12 +99,16 @@ def evaluate(estimator, inputs, checkpoint_path=None, hooks=None):
                                  checkpoint_path=checkpoint_path, hooks=hooks)
   except preemption.EvaluationStopped:
     return None
-  return {k: float(v) if k != "global_step" else int(v) for k, v in results.items()}
+  return {k: int(v) if k in _COUNTS else float(v) for k, v in results.items()}
 
 
 def record_evaluation(model_dir, results, train_steps, extra=None):
   """Appends to eval_history.jsonl, redraws learning_curves.png, prints the line."""
   record = dict(results, step=int(results["global_step"]), **(extra or {}))
+  if "eval_loss" in record:
+    # The Estimator's `loss` (the mean of the batches' losses) repeats eval_loss,
+    # which is exact over the eval set; a model_fn without eval_loss keeps it.
+    record.pop("loss", None)
   curves.append_history(model_dir, record)
   curves.write_learning_curves(model_dir)
   line = f"step {record['step']}/{train_steps} | {_format_metrics(results)}"
@@ -114,9 +116,9 @@ def record_evaluation(model_dir, results, train_steps, extra=None):
     if "train_images_per_sec" in extra:
       line += f" | {extra['train_images_per_sec']:.0f} img/s"
     if "elapsed_secs" in extra:
-      line += f" | elapsed {_duration(extra['elapsed_secs'])}"
+      line += f" | elapsed {progress.duration(extra['elapsed_secs'])}"
     if "eta_secs" in extra:
-      line += f" | ETA {_duration(extra['eta_secs'])}"
+      line += f" | ETA {progress.duration(extra['eta_secs'])}"
   say(line)
   return record
 
@@ -202,6 +204,17 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
     say(f"resuming from step {step} in {r.model_dir}")
   if step >= t.train_steps:
     say(f"step {step} already reaches --train_steps={t.train_steps}: nothing to train")
+  shown = train_progress.TrainProgress(t.train_steps, t.train_batch_size, step, say)
+  try:
+    return _train_loop(estimator, config, inputs, evaluate_each, watch, step,
+                       [*train_hooks, shown.hook()], eval_hooks, shown)
+  finally:
+    shown.close()
+
+
+def _train_loop(estimator, config, inputs, evaluate_each, watch, step, train_hooks, eval_hooks,
+                shown):
+  t, r = config.train, config.runtime
   start = time.time()
   start_step = step
   results = {"global_step": step}
@@ -222,6 +235,7 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
     seconds = time.time() - began
     rate = (target - step) * t.train_batch_size / max(seconds, 1e-9)
     step = target
+    shown.update(step)
     if not evaluating:
       say(f"step {step}/{t.train_steps} | {rate:.0f} img/s")
       continue
@@ -249,17 +263,13 @@ def continuous_evaluate(estimator, config, inputs, watch=None, hooks=()):
   watch = watch or preemption.Watch()
   hooks = [watch.eval_hook(), *hooks]
   results = {}
-  waited_since = [time.time()]
-
-  def stop_waiting():
-    return watch.requested or time.time() - waited_since[0] >= r.eval_timeout_secs
-
-  for path in tf.train.checkpoints_iterator(r.model_dir, timeout=POLL_SECS,
-                                            timeout_fn=stop_waiting):
+  waiting = _Waiting(r.model_dir, r.eval_timeout_secs, watch)
+  for path in tf.train.checkpoints_iterator(r.model_dir, timeout=WAIT_SLICE_SECS,
+                                            timeout_fn=waiting.should_stop):
     reason = checkpoints.problem(path)
     if reason:
       say(f"skipping damaged checkpoint {path}: {reason}")
-      waited_since[0] = time.time()
+      waiting.restart()
       continue
     try:
       results = evaluate(estimator, inputs, checkpoint_path=path, hooks=hooks)
@@ -270,7 +280,33 @@ def continuous_evaluate(estimator, config, inputs, watch=None, hooks=()):
     record_evaluation(r.model_dir, results, t.train_steps)
     if results["global_step"] >= t.train_steps:
       return results
-    waited_since[0] = time.time()
+    waiting.restart(after_step=results["global_step"])
   stop_if_preempted(watch, r.model_dir)
   say(f"no new checkpoint in {r.model_dir} for {r.eval_timeout_secs}s; stopping")
   return results
+
+
+class _Waiting:
+  """The evaluator's wait for a new checkpoint: said once, ended by a signal or the timeout."""
+
+  def __init__(self, model_dir, timeout_secs, watch):
+    self._model_dir, self._timeout_secs, self._watch = model_dir, timeout_secs, watch
+    self._after_step = None
+    self.restart()
+
+  def restart(self, after_step=None):
+    """A new wait begins (after an evaluation of after_step, or a skipped checkpoint)."""
+    self._since = time.time()
+    self._said = False
+    if after_step is not None:
+      self._after_step = after_step
+
+  def should_stop(self):
+    """checkpoints_iterator's timeout_fn, called after each slice of waiting in vain."""
+    if not self._said:
+      which = ("a checkpoint" if self._after_step is None
+               else f"a checkpoint after step {self._after_step}")
+      say(f"waiting for {which} in {self._model_dir} (stops after "
+          f"--eval_timeout_secs={self._timeout_secs} without one)")
+      self._said = True
+    return self._watch.requested or time.time() - self._since >= self._timeout_secs

@@ -1,11 +1,13 @@
-"""What every entry point shares: TensorFlow kept quiet, and absl's main with argument checks."""
+"""The commands (train, export, preprocess) and what they share: exit codes, TF kept quiet.
 
+Nothing here imports TensorFlow: a command parses its flags first, so that
+--help and a misspelt flag answer at once.
+"""
+
+import importlib.util
 import logging
 import os
 import sys
-
-from estimator_tpu import storage
-from estimator_tpu import tf_logger
 
 EXIT_USAGE = 2
 # sysexits.h: EX_IOERR (the user must act: free space) and EX_TEMPFAIL
@@ -13,6 +15,23 @@ EXIT_USAGE = 2
 # errors that persisted through the retries). Schedulers can match 75.
 EXIT_NO_SPACE = 74
 EXIT_RETRY = 75
+
+
+def lazy_import(name):
+  """The module `name`, loaded on its first attribute use (importlib.util.LazyLoader).
+
+  A command names its library modules at its top, as usual, yet TensorFlow
+  loads only once the flags are parsed and the command runs.
+  """
+  if name in sys.modules:
+    return sys.modules[name]
+  spec = importlib.util.find_spec(name)
+  loader = importlib.util.LazyLoader(spec.loader)
+  spec.loader = loader
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  loader.exec_module(module)
+  return module
 
 
 def quiet_tensorflow():
@@ -23,6 +42,7 @@ def quiet_tensorflow():
   stderr by estimator_tpu.tf_startup. A TF record that does get through (an
   ERROR) prints once.
   """
+  from estimator_tpu import tf_logger
   tf_logger.print_once().setLevel(logging.ERROR)
   logging.getLogger("estimator_tpu").setLevel(logging.WARNING)
   from absl import logging as absl_logging
@@ -34,8 +54,9 @@ def make_main(program, run, flag_values):
 
   def main(argv):
     if len(argv) > 1:
-      print(f"{program}: error: unexpected arguments {argv[1:]}", file=sys.stderr)
-      return 2
+      return fail(program, f"unexpected arguments {argv[1:]}: every option is a --flag; "
+                  f"{program} --help lists them", EXIT_USAGE)
+    quiet_tensorflow()
     return run(flag_values)
 
   return main
@@ -66,6 +87,7 @@ def storage_failure(error, directory, flag, needed_bytes=None):
     flag: the flag that named directory ("--model_dir").
     needed_bytes: about how much the write that failed needed, if known.
   """
+  from estimator_tpu import storage
   if storage.no_space(error):
     return storage.no_space_message(directory, flag, needed_bytes), EXIT_NO_SPACE
   if isinstance(error, storage.StorageError):
@@ -76,6 +98,19 @@ def storage_failure(error, directory, flag, needed_bytes=None):
             f"retries ({type(cause).__name__}: {storage.first_line(cause)}); run the same "
             "command again", EXIT_RETRY)
   return None
+
+
+def program_name(script):
+  """What the user typed to run a command: `script` (train.py) or the installed command's name.
+
+  Args:
+    script: the name of the command's script in the repository (train.py), also
+      what `python -m estimator_tpu.cli.train` is called.
+  """
+  called = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+  if not called or called.endswith(".py") or called in ("-c", "-m"):
+    return script
+  return called
 
 
 def fail(program, message, status):
