@@ -118,17 +118,27 @@ def test_hooks_a_model_fn_returns_see_the_same_and_write_the_same_summaries(tmp_
   assert sorted(seen["final_ops"][0]) == ["bias", "weights"]
   assert len(seen["evaluate"]) == 6 and len(seen["evaluate_logging"]) == 3
   assert len(seen["predict"]) == 6 and seen["predictions"] == 48
-  summaries = {engine: _events(str(tmp_path / engine / "model" / "hook_summaries"))
-               for engine in results}
-  assert summaries["distribute"] == summaries["estimator"]
+  directories = {engine: str(tmp_path / engine / "model" / "hook_summaries") for engine in results}
+  summaries = {engine: _events(directory) for engine, directory in directories.items()}
   expected = {"loss_summary", "weights_norm", "predictions", "session_log"}
   if spec == "estimator":  # the Estimator's `loss` summary, in the Scaffold's summary op
     expected.add("loss")
-  assert set(summaries["distribute"]) == expected
-  assert summaries["distribute"]["loss_summary"] == [1, 4, 7, 10]
-  np_values = {engine: _scalars(str(tmp_path / engine / "model" / "hook_summaries"),
-                                "loss_summary") for engine in results}
-  assert np_values["distribute"] == pytest.approx(np_values["estimator"], rel=1e-4)
+  assert set(summaries["distribute"]) == set(summaries["estimator"]) == expected
+  for tag in expected - {"session_log"}:
+    assert summaries["distribute"][tag] == [1, 4, 7, 10], tag
+    # TF's SummarySaverHook decides its next step from a global step read in the same run as
+    # the train_op, which may or may not hold that run's increment: in a session it can save
+    # a step early ([1, 4, 6, 8] is seen under load). The engine replays after the loop and reads
+    # the step the run began with, as an unloaded session does.
+    steps = summaries["estimator"][tag]
+    assert steps[:2] == [1, 4] and all(1 <= b - a <= 3 for a, b in zip(steps, steps[1:])), tag
+  values = {engine: dict(zip(summaries[engine]["loss_summary"],
+                             _scalars(directory, "loss_summary")))
+            for engine, directory in directories.items()}
+  common = sorted(set(values["distribute"]) & set(values["estimator"]))
+  assert common[:2] == [1, 4]
+  assert [values["distribute"][s] for s in common] == pytest.approx(
+      [values["estimator"][s] for s in common], rel=1e-4)
 
 
 def test_eval_metric_ops_of_an_estimator_spec_give_the_estimators_dict(tmp_path):
