@@ -88,7 +88,8 @@ def _run_guarded(config, info, estimator, exit_at_once):
         loop.stop_if_preempted(watch, model_dir)
         directory, flag = export_dir, "--export_dir"
         with watch.interrupting(preemption.EXPORTING):  # staged: nothing half-written stays
-          path = saved_model.export_saved_model(estimator, export_dir)
+          exporter = assemble.build(assemble.export_config(config))
+          path = saved_model.export_saved_model(exporter, export_dir)
         loop.say(f"exported SavedModel to {path}")
   except preemption.Preempted as e:
     loop.say(_preempted_line(e, config.runtime.mode, model_dir))
