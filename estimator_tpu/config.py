@@ -132,6 +132,13 @@ class Config:
     updated = dataclasses.replace(getattr(self, section), **changes)
     return dataclasses.replace(self, **{section: updated})
 
+  @property
+  def precision(self):
+    """What the network computes in: --precision, or bfloat16 where the old use_bfloat16 says so."""
+    if self.runtime.use_bfloat16 and self.model.precision == precision_lib.FLOAT32:
+      return precision_lib.BFLOAT16
+    return self.model.precision
+
   def to_dict(self):
     return dataclasses.asdict(self)
 
@@ -196,8 +203,8 @@ class Config:
         "summary_every_n_steps": t.summary_every_n_steps,
         "deterministic": t.deterministic,
         "num_cores": r.num_cores,
-        "precision": m.precision,
-        "use_bfloat16": m.precision == precision_lib.BFLOAT16,
+        "precision": self.precision,
+        "use_bfloat16": self.precision == precision_lib.BFLOAT16,
         "model_dir": r.model_dir,
         "augment_on_device": augments_on_device(r),
     }
@@ -275,10 +282,10 @@ def _validate_choices(config):
          f"--resnet_depth={m.resnet_depth} is not one of {RESNET_DEPTHS}")
   _check(m.precision in PRECISIONS,
          f"--precision={m.precision} is not one of {', '.join(PRECISIONS)}")
-  _check(not r.use_bfloat16 or m.precision == precision_lib.BFLOAT16,
+  _check(not r.use_bfloat16 or config.precision == precision_lib.BFLOAT16,
          f"--use_bfloat16 is the old spelling of --precision=bfloat16 and conflicts with "
          f"--precision={m.precision}: give one of them")
-  _check(not (r.use_tpu and m.precision == precision_lib.FLOAT16),
+  _check(not (r.use_tpu and config.precision == precision_lib.FLOAT16),
          "--precision=float16 is not for TPUs, whose matrix units take bfloat16: use "
          "--precision=bfloat16 there (float16 is for GPUs)")
   _check(t.optimizer in OPTIMIZERS,

@@ -52,7 +52,7 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
   """
   r = config.runtime
   try:
-    precision.check_host(config.model.precision, r.use_tpu,
+    precision.check_host(config.precision, r.use_tpu,
                          len(tf.config.list_physical_devices("GPU")))
   except ValueError as e:
     raise config_lib.ConfigError(str(e)) from e

@@ -64,12 +64,22 @@ def loss_scaled(optimizer, precision):
     A tf.compat.v1 optimizer. For float16 its minimize()/apply_gradients()
     skip the update of a step whose gradients are not finite and then halve
     the loss scale (2**15 at first, doubled after 2000 finite steps); the
-    caller counts the global step itself (see train_op).
+    caller counts the global step itself (see train_op). The scale's
+    variables are local variables, out of the checkpoint, so a checkpoint
+    holds the same variables in every precision and resumes in any: each
+    start (each train() call) begins at 2**15 again and finds its level
+    within a few skipped steps.
   """
   if precision != FLOAT16:
     return optimizer
-  return tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-      optimizer, tf.compat.v1.mixed_precision.DynamicLossScale())
+  with tf.compat.v1.variable_creator_scope(_as_local_variable):
+    scale = tf.compat.v1.mixed_precision.DynamicLossScale()
+  return tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(optimizer, scale)
+
+
+def _as_local_variable(next_creator, **kwargs):
+  kwargs["collections"] = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
+  return next_creator(**kwargs)
 
 
 def train_op(optimizer, loss, global_step, precision):
