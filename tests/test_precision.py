@@ -21,6 +21,7 @@ from estimator_tpu.export import saved_model
 from estimator_tpu.model import model_fn as model_fn_lib
 from estimator_tpu.model import precision
 from estimator_tpu.run import assemble
+import train
 
 ModeKeys = stacks.ModeKeys
 BATCH = 8
@@ -274,3 +275,34 @@ def test_the_export_takes_and_returns_float32_and_computes_in_float32(resumed, t
   images = np.random.default_rng(1).uniform(-1, 1, (4, IMAGE_SIZE, IMAGE_SIZE, 3))
   probabilities = signature(images=tf.constant(images, tf.float32))["probabilities"].numpy()
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def _preflight(digits_dir, model_dir, *extra):
+  flag_values = flags.FlagValues()
+  flags_lib.define_flags(flag_values)
+  train.define_entry_flags(flag_values)
+  flag_values(["train.py", "--preflight", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
+               f"--image_size={IMAGE_SIZE}", "--model=tiny", "--train_batch_size=64",
+               "--eval_batch_size=64", "--mode=train", *extra])
+  return train.run(flag_values)
+
+
+@pytest.mark.skipif(not stacks.HOST_XLA,
+                    reason="the TPU build of TensorFlow has no XLA for the CPU")
+@pytest.mark.parametrize("engine", ["estimator", "distribute"])
+def test_preflight_says_what_computes_in_bfloat16(digits_dir, tmp_path, capsys, engine):
+  assert _preflight(digits_dir, tmp_path, f"--engine={engine}", "--precision=bfloat16") == 0
+  out = capsys.readouterr().out
+  assert ("PASS  --precision=bfloat16: 2 of 2 conv/dense layers compute in bfloat16 "
+          "(variables, logits and loss float32)") in out.splitlines(), out
+  assert _preflight(digits_dir, tmp_path, f"--engine={engine}") == 0
+  out = capsys.readouterr().out
+  assert any(line.startswith("PASS  --precision=float32: the 2 conv/dense layers compute in "
+                             "float32") for line in out.splitlines()), out
+
+
+def test_preflight_fails_float16(digits_dir, tmp_path, capsys):
+  assert _preflight(digits_dir, tmp_path, "--precision=float16") == 1
+  out = capsys.readouterr().out
+  assert ("FAIL  --precision=float16 is not for TPUs, whose matrix units take bfloat16: use "
+          "--precision=bfloat16 (float16 is for GPUs)") in out.splitlines(), out
