@@ -306,3 +306,45 @@ def test_preflight_fails_float16(digits_dir, tmp_path, capsys):
   out = capsys.readouterr().out
   assert ("FAIL  --precision=float16 is not for TPUs, whose matrix units take bfloat16: use "
           "--precision=bfloat16 (float16 is for GPUs)") in out.splitlines(), out
+
+
+def _record_images(pattern):
+  """The encoded images of every record matching pattern, in file order."""
+  files = sorted(tf.io.gfile.glob(pattern))
+  return [tf.train.Example.FromString(record.numpy()).features.feature[
+      "image/encoded"].bytes_list.value[0] for record in tf.data.TFRecordDataset(files)]
+
+
+@pytest.mark.slow
+def test_train_py_trains_in_bfloat16_exports_float32_and_serving_agrees(tmp_path, digits_dir):
+  from serving import predict as serving_predict  # pylint: disable=g-import-not-at-top
+  model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
+  flag_values = _typed(
+      f"--data_dir={digits_dir}", f"--model_dir={model_dir}", f"--export_dir={export_dir}",
+      "--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_steps=400", "--steps_per_eval=400",
+      "--train_batch_size=32", "--eval_batch_size=37", "--base_learning_rate=2.0",
+      "--norandom_flip", "--seed=1", "--precision=bfloat16", "--mode=train")
+  assert train.run(flag_values) == 0
+  config = config_lib.read_config(model_dir)
+  assert config.model.precision == "bfloat16"
+  images = _record_images(os.path.join(digits_dir, "*-*"))
+  assert len(images) == 237
+  expected = [int(p["classid"]) for p in assemble.build(config).predict(
+      input_fn_for(images, config))]
+  served = serving_predict.Predictor(saved_model.latest_export(export_dir)).predict(images)
+  same = np.mean([r.classid == e for r, e in zip(served, expected)])
+  assert same >= 0.99, same
+  assert len(set(expected)) > 5  # it learned the digits, not one class
+  # The same run goes on in float32 on the distribute engine from the bfloat16 checkpoint.
+  flag_values = _typed(f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
+                       "--train_steps=410", "--precision=float32", "--engine=distribute",
+                       "--mode=train")
+  assert train.run(flag_values) == 0
+  assert int(_checkpoint(model_dir)["global_step"]) == 410
+  assert config_lib.read_config(model_dir).model.precision == "float32"
+
+
+def input_fn_for(images, config):
+  from estimator_tpu.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  return input_pipeline.make_predict_input_fn(images, config.data.image_size,
+                                              config.data.eval_crop, config.data.eval_crop_form)
