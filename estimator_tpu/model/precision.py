@@ -24,10 +24,10 @@ KERAS_POLICIES = {FLOAT32: "float32", BFLOAT16: "mixed_bfloat16", FLOAT16: "mixe
 # Intel AMX and AVX512-BF16 (x86), the BF16 extension (Arm v8.6+, "bf16").
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 # Training steps in bfloat16 against float32 on a 2-core AMD EPYC (AVX2, no
-# bfloat16 units), ResNet-18 at 64 px on the distribute engine
-# (benchmarks/bench_train.py; 2.1x by images/s, 1.9x per CPU second): the
-# figure the warning below states.
-MEASURED_BF16_SLOWDOWN = "about 2x"
+# bfloat16 units), ResNet-50 at 224 px on the distribute engine
+# (benchmarks/bench_train.py, medians of 5: 7.5x by images/s, 6.3x per CPU
+# second; ResNet-18 at 64 px 2x): the figure the warning below states.
+MEASURED_BF16_SLOWDOWN = "6-7x"
 
 log = logging.getLogger("estimator_tpu")
 
@@ -152,7 +152,7 @@ def check_host(precision, use_tpu, num_gpus, cpuinfo="/proc/cpuinfo"):
     machine = platform.machine() or "this machine"
     line = (f"--precision=bfloat16 on a CPU without bfloat16 units ({machine}: no AMX, "
             f"AVX512-BF16 or BF16 flag in {cpuinfo}) and no GPU or TPU: it is emulated, "
-            f"measured {MEASURED_BF16_SLOWDOWN} slower than float32 for ResNet training; "
+            f"measured {MEASURED_BF16_SLOWDOWN} slower than float32 for ResNet-50 training; "
             "--precision=float32 is faster here")
   log.warning(line)
   return line
