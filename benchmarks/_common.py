@@ -47,7 +47,8 @@ def write_digits(out_dir, jpeg_size):
 
 
 def make_config(model_dir, image_size, batch_size, iterations_per_loop,
-                train_steps=100000, model="flowers", resnet_depth=50, host_loop=False):
+                train_steps=100000, model="flowers", resnet_depth=50, host_loop=False,
+                precision="float32"):
   """A validated Config: flowers CNN (or ResNet), momentum at a constant learning rate.
 
   A constant schedule makes the learning rate one number both sides share:
@@ -57,7 +58,7 @@ def make_config(model_dir, image_size, batch_size, iterations_per_loop,
           .replace("data", image_size=image_size, num_label_classes=NUM_CLASSES,
                    class_names=tuple(str(i) for i in range(NUM_CLASSES)),
                    random_flip=False)
-          .replace("model", model=model, resnet_depth=resnet_depth)
+          .replace("model", model=model, resnet_depth=resnet_depth, precision=precision)
           .replace("train", train_steps=train_steps, train_batch_size=batch_size,
                    lr_schedule="constant", seed=1,
                    save_checkpoints_steps=NO_PERIODIC_CHECKPOINTS)

@@ -6,6 +6,7 @@ import os
 import re
 
 from estimator_tpu.data import crop_forms
+from estimator_tpu.model import precisions as precision_lib
 
 CONFIG_FILE = "config.json"
 MODELS = ("flowers", "resnet", "tiny")
@@ -18,6 +19,8 @@ AUGMENT_ON = ("auto", "host", "device")
 # What runs the model_fn: TPUEstimator's TF 1 sessions, or tf.functions under a
 # tf.distribute strategy (engines/distribute/engine.py); auto picks per run.
 ENGINES = ("auto", "estimator", "distribute")
+# --precision: what the network computes in (variables stay float32).
+PRECISIONS = precision_lib.PRECISIONS
 # --eval_crop of a new run that does not give it: the central 224 of 256 at
 # photo sizes (as tensorflow/tpu and Keras' ImageNet recipes evaluate); small
 # images, like the 32 px digits, whole.
@@ -70,6 +73,8 @@ class ModelConfig:
   weight_decay: float = 1e-4
   model_fn: str = ""
   hparams: str = ""
+  # A config.json written before the key means its runtime use_bfloat16 (from_dict).
+  precision: str = precision_lib.FLOAT32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +110,7 @@ class RuntimeConfig:
   cores_per_host: int = 8
   tpu_topology: str = ""
   iterations_per_loop: int = 100
+  # The old spelling of --precision=bfloat16; kept equal to it (flags.config_from_flags).
   use_bfloat16: bool = False
   eval_on_tpu: bool = True
   strategy: str = "none"
@@ -127,6 +133,13 @@ class Config:
     updated = dataclasses.replace(getattr(self, section), **changes)
     return dataclasses.replace(self, **{section: updated})
 
+  @property
+  def precision(self):
+    """What the network computes in: --precision, or bfloat16 where the old use_bfloat16 says so."""
+    if self.runtime.use_bfloat16 and self.model.precision == precision_lib.FLOAT32:
+      return precision_lib.BFLOAT16
+    return self.model.precision
+
   def to_dict(self):
     return dataclasses.asdict(self)
 
@@ -144,6 +157,12 @@ class Config:
       if "class_names" in given:
         given["class_names"] = tuple(given["class_names"])
       sections[field.name] = section_type(**given)
+    if "precision" not in values.get("model", {}):
+      # Written before --precision: --use_bfloat16 was how a run asked for bfloat16.
+      old = values.get("runtime", {}).get("use_bfloat16")
+      sections["model"] = dataclasses.replace(
+          sections["model"],
+          precision=precision_lib.BFLOAT16 if old else precision_lib.FLOAT32)
     return cls(**sections)
 
   def validate(self):
@@ -185,7 +204,8 @@ class Config:
         "summary_every_n_steps": t.summary_every_n_steps,
         "deterministic": t.deterministic,
         "num_cores": r.num_cores,
-        "use_bfloat16": r.use_bfloat16,
+        "precision": self.precision,
+        "use_bfloat16": self.precision == precision_lib.BFLOAT16,
         "model_dir": r.model_dir,
         "augment_on_device": augments_on_device(r),
     }
@@ -261,6 +281,14 @@ def _validate_choices(config):
          f"--model={m.model} is not one of {', '.join(MODELS)}")
   _check(m.model != "resnet" or m.resnet_depth in RESNET_DEPTHS,
          f"--resnet_depth={m.resnet_depth} is not one of {RESNET_DEPTHS}")
+  _check(m.precision in PRECISIONS,
+         f"--precision={m.precision} is not one of {', '.join(PRECISIONS)}")
+  _check(not r.use_bfloat16 or config.precision == precision_lib.BFLOAT16,
+         f"--use_bfloat16 is the old spelling of --precision=bfloat16 and conflicts with "
+         f"--precision={m.precision}: give one of them")
+  _check(not (r.use_tpu and config.precision == precision_lib.FLOAT16),
+         "--precision=float16 is not for TPUs, whose matrix units take bfloat16: use "
+         "--precision=bfloat16 there (float16 is for GPUs)")
   _check(t.optimizer in OPTIMIZERS,
          f"--optimizer={t.optimizer} is not one of {', '.join(OPTIMIZERS)}")
   _check(t.lr_schedule in LR_SCHEDULES,

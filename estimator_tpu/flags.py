@@ -10,6 +10,7 @@ import dataclasses
 from absl import flags
 
 from estimator_tpu import config as config_lib
+from estimator_tpu.model import precisions as precision_lib
 
 # Derived from the data on disk, not flags; the counts are re-read at every run.
 DERIVED = {"num_train_examples", "num_eval_examples", "class_names"}
@@ -40,6 +41,11 @@ HELP = {
     "weight_decay": "L2 weight decay (batch-norm parameters excluded).",
     "model_fn": "Your own TPUEstimator model_fn as package.module:function.",
     "hparams": "Extra params entries for a model_fn: key=value,key=value.",
+    "precision": "What the network computes in: float32, bfloat16 (TPUs, GPUs, CPUs with AMX "
+                 "or AVX512-BF16) or float16 (GPUs, with dynamic loss scaling; not on TPUs). "
+                 "Variables, their updates, logits and the loss stay float32, so a run "
+                 "resumes in another precision; the SavedModel computes in float32. Saved in "
+                 "config.json.",
     "train_steps": "Total training steps (global batches).",
     "steps_per_eval": "Training steps between evaluations (and checkpoints).",
     "train_batch_size": "Global training batch, over all cores.",
@@ -74,7 +80,7 @@ HELP = {
                  "the TPU rules, and a stop or a checkpoint waits for the loop in flight).",
     "summary_every_n_steps": "Write the train/* summaries (host_call) every N steps; on a TPU "
                              "the host_call outfeed then runs every N steps only.",
-    "use_bfloat16": "Compute in bfloat16 on TPU (ignored elsewhere).",
+    "use_bfloat16": "The old spelling of --precision=bfloat16.",
     "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",
     "strategy": "none, mirrored (all local GPUs) or multi_worker (TF_CONFIG).",
     "engine": "What runs the model_fn: estimator (TPUEstimator, TF 1 sessions: CPU, GPU, "
@@ -156,7 +162,29 @@ def config_from_flags(flag_values=flags.FLAGS, saved=None):
         "data", eval_crop=config_lib.default_eval_crop(config.data.image_size))
   if saved is None and "eval_crop_form" not in typed:
     config = config.replace("data", eval_crop_form=config_lib.EVAL_CROP_FORM)
+  config = _resolve_precision(config, typed)
   return config.replace("data", num_train_examples=0, num_eval_examples=0)
+
+
+def _resolve_precision(config, typed):
+  """--use_bfloat16 (the old spelling) as --precision=bfloat16; the two fields agree after.
+
+  Raises:
+    ConfigError: --use_bfloat16 and a --precision other than bfloat16 typed together.
+  """
+  precision = config.model.precision
+  if "use_bfloat16" in typed:
+    old = typed["use_bfloat16"]
+    if "precision" in typed and old != (precision == precision_lib.BFLOAT16):
+      raise config_lib.ConfigError(
+          f"--{'' if old else 'no'}use_bfloat16 (the old spelling of --precision=bfloat16) "
+          f"conflicts with --precision={precision}: give --precision alone")
+    if old:
+      precision = precision_lib.BFLOAT16
+    elif precision == precision_lib.BFLOAT16:
+      precision = precision_lib.FLOAT32
+  return (config.replace("model", precision=precision)
+          .replace("runtime", use_bfloat16=precision == precision_lib.BFLOAT16))
 
 
 def config_for_model_dir(flag_values=flags.FLAGS):

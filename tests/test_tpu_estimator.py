@@ -12,6 +12,7 @@ from estimator_tpu import stacks
 from estimator_tpu.data import input_pipeline
 from estimator_tpu.engines import choose as estimator_lib
 from estimator_tpu.model import model_fn as model_fn_lib
+from estimator_tpu.model import precision
 from estimator_tpu.tpu import checks
 
 ModeKeys = stacks.ModeKeys
@@ -126,12 +127,15 @@ def test_bfloat16_logits_are_cast_back_to_float32(tmp_path):
     assert spec.predictions["probabilities"].dtype == tf.float32
 
 
-def test_bfloat16_off_tpu_warns_once_and_computes_in_float32(tmp_path, caplog, digits_dir):
-  config = tiny_config(tmp_path).replace("runtime", use_bfloat16=True)
+def test_bfloat16_off_tpu_computes_in_bfloat16_and_says_once_what_it_costs_here(
+    tmp_path, caplog, digits_dir, monkeypatch):
+  monkeypatch.setattr(precision, "cpu_computes_bfloat16", lambda cpuinfo=None: False)
+  config = tiny_config(tmp_path).replace("model", precision="bfloat16").replace(
+      "runtime", use_bfloat16=True)
   with caplog.at_level(logging.WARNING, logger="estimator_tpu"):
     estimator = estimator_lib.build_estimator(config)
-  warnings = [r for r in caplog.records if "--use_bfloat16" in r.getMessage()]
-  assert len(warnings) == 1 and "only on TPU" in warnings[0].getMessage()
+  warnings = [r for r in caplog.records if "bfloat16" in r.getMessage()]
+  assert len(warnings) == 1 and "without bfloat16 units" in warnings[0].getMessage()
   graph = checks.build_tpu_graph(estimator, _train_input_fn(digits_dir), ModeKeys.TRAIN, 8)
-  assert not [op for op in graph.get_operations() if op.type == "Conv2D"
-              and op.outputs[0].dtype == tf.bfloat16]
+  assert [op for op in graph.get_operations() if op.type == "Conv2D"
+          and op.outputs[0].dtype == tf.bfloat16]

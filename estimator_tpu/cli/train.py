@@ -93,7 +93,7 @@ def _run_guarded(config, info, estimator, exit_at_once):
       if export_dir:
         loop.stop_if_preempted(watch, model_dir)
         directory, flag = export_dir, "--export_dir"
-        _export(estimator, export_dir, watch)
+        _export(assemble.build(assemble.export_config(config)), export_dir, watch)
   except preemption.Preempted as e:
     loop.say(_preempted_line(e, config.runtime.mode, model_dir))
     if exit_at_once:
@@ -125,7 +125,10 @@ def _say_where_the_curves_are(model_dir):
 
 
 def _export(estimator, export_dir, watch):
-  """Publishes the newest checkpoint's SavedModel, unless a version of export_dir holds it."""
+  """Publishes the newest checkpoint's SavedModel, unless a version of export_dir holds it.
+
+  estimator: the run's exporter (assemble.export_config: CPU/GPU, float32).
+  """
   found = saved_model.find_export(estimator, export_dir)
   if found:
     loop.say(f"{checkpoints.newest(estimator.model_dir)} is already exported to {export_dir} as "

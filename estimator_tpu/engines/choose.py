@@ -23,6 +23,7 @@ from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import engine as distribute_engine
 from estimator_tpu.model import device_augmentation
 from estimator_tpu.model import model_fn as model_fn_lib
+from estimator_tpu.model import precision
 
 KEEP_CHECKPOINTS = tpu_estimator.KEEP_CHECKPOINTS
 tpu_cluster_resolver = tpu_estimator.tpu_cluster_resolver
@@ -50,8 +51,11 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
       batch that does not divide over the replicas.
   """
   r = config.runtime
-  if r.use_bfloat16 and not r.use_tpu:
-    log.warning("--use_bfloat16 applies only on TPU; computing in float32 here")
+  try:
+    precision.check_host(config.precision, r.use_tpu,
+                         len(tf.config.list_physical_devices("GPU")))
+  except ValueError as e:
+    raise config_lib.ConfigError(str(e)) from e
   params = build_params(config, class_names)
   user_model_fn = model_fn
   model_fn = device_augmentation.with_device_augmentation(model_fn)
@@ -156,7 +160,8 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
   if replicas > 1:
     strategies.check_replica_batches(t, r.strategy if not r.use_tpu else "tpu", replicas)
   export_config = config.replace("runtime", use_tpu=False, strategy="none", engine="estimator",
-                                 jit_compile=False)
+                                 jit_compile=False, use_bfloat16=False).replace(
+                                     "model", precision=precision.FLOAT32)
   return distribute_engine.DistributeEngine(
       model_fn, params, strategy, r.model_dir, t.train_batch_size, t.eval_batch_size,
       use_tpu=r.use_tpu, iterations_per_loop=r.iterations_per_loop,

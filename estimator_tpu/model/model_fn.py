@@ -1,8 +1,9 @@
 """model_fn(features, labels, mode, params) -> TPUEstimatorSpec, one helper per mode.
 
 The same function runs on CPU, GPU and TPU: TPUEstimator sets
-params['use_tpu'], and only TPU-specific pieces (CrossShardOptimizer,
-bfloat16, no string outputs) look at it.
+params['use_tpu'], and only TPU-specific pieces (CrossShardOptimizer, no
+string outputs) look at it. params['precision'] (model/precision.py) sets
+what the network computes in on every device; logits and the loss are float32.
 """
 
 import tensorflow as tf
@@ -14,6 +15,7 @@ from estimator_tpu.export import contract
 from estimator_tpu.model import metrics
 from estimator_tpu.model import networks
 from estimator_tpu.model import optimization
+from estimator_tpu.model import precision as precision_lib
 
 ModeKeys = stacks.ModeKeys
 
@@ -36,8 +38,7 @@ def unpack_features(features, mode, params):
 
 def compute_logits(images, mode, params):
   """Runs the network; adds its batch-norm updates to UPDATE_OPS like tf.layers did."""
-  use_bfloat16 = bool(params.get("use_tpu") and params.get("use_bfloat16"))
-  network = networks.build_network(params, use_bfloat16=use_bfloat16)
+  network = networks.build_network(params)
   logits = network(images, training=mode == ModeKeys.TRAIN)
   for update in network.updates:
     tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, update)
@@ -72,11 +73,12 @@ def _examples_per_sec(step, global_batch):
     return tf.identity(rate)
 
 
-def _host_call(global_step, loss, lr, correct, params):
+def _host_call(global_step, loss, lr, correct, params, loss_scale=None):
   """Training summaries written on the host: TPU-safe, and a hook off TPU.
 
   With params['deterministic'] there is no train/examples_per_sec: op
   determinism refuses TensorFlow's clock (tf.timestamp) inside the graph.
+  With a loss_scale (float16) there is train/loss_scale.
   """
   model_dir = params["model_dir"]
   global_batch = params["train_batch_size"]
@@ -84,7 +86,7 @@ def _host_call(global_step, loss, lr, correct, params):
   every_n = params.get("summary_every_n_steps", 1)
   timed = not params.get("deterministic", False)
 
-  def host_call_fn(step, loss, lr, correct):
+  def host_call_fn(step, loss, lr, correct, *scale):
     step = step[0]
     with tf.compat.v2.summary.create_file_writer(model_dir, max_queue=queue).as_default():
       # On a TPU the host_call itself runs every n steps; off TPU it runs every
@@ -96,14 +98,17 @@ def _host_call(global_step, loss, lr, correct, params):
         if timed:
           tf.compat.v2.summary.scalar("train/examples_per_sec",
                                       _examples_per_sec(step, global_batch), step=step)
+        if scale:
+          tf.compat.v2.summary.scalar("train/loss_scale", scale[0][0], step=step)
         return tf.compat.v1.summary.all_v2_summary_ops()
 
   def as_vector(x):
     # host_call tensors are concatenated over cores: scalars travel as [1].
     return tf.reshape(x, [1])
 
+  scale = [] if loss_scale is None else [as_vector(loss_scale)]
   return host_call_fn, [as_vector(global_step), as_vector(loss), as_vector(lr),
-                        tf.cast(correct, tf.float32)]
+                        tf.cast(correct, tf.float32), *scale]
 
 
 def _train_spec(labels, logits, params):
@@ -112,13 +117,15 @@ def _train_spec(labels, logits, params):
   loss += optimization.weight_decay_loss(
       tf.compat.v1.trainable_variables(), params["weight_decay"])
   lr = optimization.learning_rate(global_step, params)
-  optimizer = optimization.make_optimizer(lr, params)
+  precision = precision_lib.of_params(params)
+  optimizer = precision_lib.loss_scaled(optimization.make_optimizer(lr, params), precision)
   correct = tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels)
   # Built before the update: the summaries carry the step they trained (0 first).
-  host_call = _host_call(global_step, loss, lr, correct, params)
+  host_call = _host_call(global_step, loss, lr, correct, params,
+                         precision_lib.current_loss_scale(optimizer))
   update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
   with tf.control_dependencies(update_ops):
-    train_op = optimizer.minimize(loss, global_step=global_step)
+    train_op = precision_lib.train_op(optimizer, loss, global_step, precision)
   return stacks.tpu.TPUEstimatorSpec(
       mode=ModeKeys.TRAIN, loss=loss, train_op=train_op, host_call=host_call)
 

@@ -12,6 +12,7 @@ import math
 import tensorflow as tf
 
 from estimator_tpu import stacks
+from estimator_tpu.model import precision as precision_lib
 
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
@@ -143,15 +144,20 @@ class Tiny(stacks.keras.Model):
     return self.head(self.conv(x, training), training)
 
 
-def build_network(params, use_bfloat16=False):
+def build_network(params, precision=None):
   """The network named by params['model'] as an uncalled stacks.keras.Model.
+
+  Its variables are float32; its layers compute in the precision's type
+  (the Keras policy float32, mixed_bfloat16 or mixed_float16) and its
+  logits are float32.
 
   Args:
     params: dict with `model`, `image_size`, `num_label_classes`,
-      `dropout_rate` and, for ResNet, `resnet_depth`.
-    use_bfloat16: compute in bfloat16 with float32 variables (TPU only).
+      `dropout_rate`, `precision` (or the older `use_bfloat16`) and, for
+      ResNet, `resnet_depth`.
+    precision: overrides params' precision (one of precision.PRECISIONS).
   """
-  policy = "mixed_bfloat16" if use_bfloat16 else "float32"
+  policy = precision_lib.keras_policy(precision or precision_lib.of_params(params))
   name = params["model"]
   num_classes = params["num_label_classes"]
   dropout = params["dropout_rate"]

@@ -5,6 +5,7 @@ from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.data import data_dir
 from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.model import precision
 from estimator_tpu.model import user_model_fn
 from estimator_tpu.run import checkpoints
 
@@ -72,10 +73,20 @@ def prepare_export(model_dir, export_dir, report=print):
   if not checkpoint:
     raise config_lib.ConfigError(
         f"--model_dir={model_dir} holds no checkpoint: train there first")
-  # Never the TPU graph: the export is for CPU/GPU serving.
-  config = saved.replace("runtime", model_dir=model_dir, use_tpu=False, strategy="none",
-                         engine="estimator", jit_compile=False)
-  return config, checkpoint
+  return export_config(saved.replace("runtime", model_dir=model_dir)), checkpoint
+
+
+def export_config(config):
+  """The config whose estimator exports `config`'s model: CPU/GPU, float32.
+
+  Never the TPU graph: the export is for CPU/GPU serving. The SavedModel
+  computes in float32 whatever --precision trained it (its variables are
+  float32), so it serves at full speed on any CPU; its signatures take and
+  return float32 (or bytes and strings) in any case.
+  """
+  return (config.replace("runtime", use_tpu=False, strategy="none", engine="estimator",
+                         jit_compile=False, use_bfloat16=False)
+          .replace("model", precision=precision.FLOAT32))
 
 
 def build(config, **kwargs):

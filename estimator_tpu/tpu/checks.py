@@ -418,10 +418,14 @@ def layer_widths(ops):
   return layers
 
 
+def forward_matrix_ops(ops):
+  """Forward Conv2D/MatMul ops: the layers a TPU's matrix units run."""
+  return [op for op in ops if op.type in ("Conv2D", "MatMul") and not is_backward(op)]
+
+
 def bfloat16_ops(ops):
   """Forward Conv2D/MatMul ops that compute in bfloat16."""
-  return [op for op in ops if op.type in ("Conv2D", "MatMul") and not is_backward(op)
-          and op.outputs[0].dtype == tf.bfloat16]
+  return [op for op in forward_matrix_ops(ops) if op.outputs[0].dtype == tf.bfloat16]
 
 
 def stand_in_resolver(unused_runtime=None):

@@ -14,6 +14,7 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import stacks
 from estimator_tpu.engines import choose as estimator_lib
+from estimator_tpu.model import precision as precision_lib
 from estimator_tpu.model import user_model_fn
 from estimator_tpu.run import assemble
 from estimator_tpu.run import loop
@@ -209,8 +210,8 @@ def check_layer_widths(layers, num_classes):
   return findings
 
 
-def _tpu_path_findings(step, use_bfloat16, cross_shard=True):
-  """CrossShardOptimizer (TPUEstimator's TPU path only) and --use_bfloat16 layers."""
+def _tpu_path_findings(step, precision, cross_shard=True):
+  """CrossShardOptimizer (TPUEstimator's TPU path only) and what computes in bfloat16."""
   findings = []
   if not cross_shard:
     pass  # under a strategy, wrapped or not, the strategy averages the gradients once
@@ -222,13 +223,36 @@ def _tpu_path_findings(step, use_bfloat16, cross_shard=True):
     findings.append(Finding(WARN, (
         "the optimizer is not wrapped in tf.compat.v1.tpu.CrossShardOptimizer when "
         "params['use_tpu']: every core would apply only its own gradients")))
-  if use_bfloat16 and step.ops:
-    count = len(tpu_checks.bfloat16_ops(step.ops))
-    findings.append(Finding(PASS, f"--use_bfloat16: {count} conv/dense layers compute in "
-                                  f"bfloat16") if count else
-                    Finding(WARN, "--use_bfloat16 is set, but no conv/dense layer computes "
-                                  "in bfloat16"))
-  return findings
+  return findings + precision_findings(step, precision)
+
+
+def precision_findings(step, precision):
+  """What computes in bfloat16 on the TPU: --precision's layers, or the model_fn's own choice."""
+  if not step.ops:
+    return []
+  layers = len(tpu_checks.forward_matrix_ops(step.ops))
+  bfloat16 = len(tpu_checks.bfloat16_ops(step.ops))
+  if precision == precision_lib.BFLOAT16:
+    if bfloat16:
+      return [Finding(PASS, f"--precision=bfloat16: {bfloat16} of {layers} conv/dense layers "
+                            "compute in bfloat16 (variables, logits and loss float32)")]
+    return [Finding(WARN, "--precision=bfloat16, but no conv/dense layer computes in "
+                          "bfloat16: the model_fn reads neither params['precision'] nor "
+                          "params['use_bfloat16'] (or casts back before its layers)")]
+  if bfloat16:
+    return [Finding(PASS, f"{bfloat16} of {layers} conv/dense layers compute in bfloat16, as "
+                          "the model_fn chooses itself (e.g. its own bfloat16_scope)")]
+  return [Finding(PASS, f"--precision={precision}: the {layers} conv/dense layers compute in "
+                        "float32 (--precision=bfloat16 runs them at the TPU's full matrix "
+                        "rate, on the same float32 variables)")]
+
+
+def check_precision(config):
+  """float16 on a TPU is a FAIL line: its matrix units take bfloat16."""
+  if config.precision != precision_lib.FLOAT16:
+    return []
+  return [Finding(FAIL, "--precision=float16 is not for TPUs, whose matrix units take "
+                        "bfloat16: use --precision=bfloat16 (float16 is for GPUs)")]
 
 
 def check_train_step(config, model_fn, input_fn, params):
@@ -237,7 +261,7 @@ def check_train_step(config, model_fn, input_fn, params):
   findings = _step_result_findings(step) + _op_findings(step)
   findings += check_layer_widths(tpu_checks.layer_widths(step.ops),
                                  config.data.num_label_classes)
-  return findings + _tpu_path_findings(step, config.runtime.use_bfloat16)
+  return findings + _tpu_path_findings(step, config.precision)
 
 
 def check_eval_step(model_fn, input_fn, params):
@@ -265,7 +289,7 @@ def check_engine_steps(config, model_fn, input_fns, params):
   train = steps[ModeKeys.TRAIN]
   findings += check_layer_widths(tpu_checks.layer_widths(train.ops),
                                  config.data.num_label_classes)
-  return findings + _tpu_path_findings(train, config.runtime.use_bfloat16, cross_shard=False)
+  return findings + _tpu_path_findings(train, config.precision, cross_shard=False)
 
 
 def engine_of(config):
@@ -315,7 +339,7 @@ def run_checks(config, model_fn, train_input_fn, eval_input_fn=None, train_patte
   params = estimator_lib.build_params(config.replace("runtime", use_tpu=True),
                                       config.data.class_names)
   train_params = dict(params, batch_size=per_core_batch(t.train_batch_size, r.num_cores))
-  findings = check_batches(config)
+  findings = check_batches(config) + check_precision(config)
   findings += check_input("train input", train_input_fn, train_params)
   if eval_input_fn is not None:
     eval_params = dict(params, batch_size=per_core_batch(t.eval_batch_size, r.num_cores))

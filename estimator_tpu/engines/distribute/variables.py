@@ -275,6 +275,10 @@ class VariableStore:
   def _key(self, kwargs):
     name = kwargs.get("name") or "Variable"
     name = name.name if hasattr(name, "name") else str(name)
+    if name.endswith("/"):
+      # An absolute name (an optimizer's slots): no name scope applies, nor the
+      # scope of a cond branch in the model code (a loss-scale optimizer's update).
+      return name.rstrip("/")
     scope = tf.compat.v1.get_default_graph().get_name_scope()
     key = f"{scope}/{name}" if scope else name
     for base in sorted({b for b in self._bases if b}, key=len, reverse=True):
