@@ -13,11 +13,10 @@ gets TensorFlow's TPUEstimator itself.
   model_dir from the RunConfig or a temporary one), and refuses, in one line
   each, what the engine cannot run: model parallelism, spatial partitioning,
   TPU embeddings, a batch_axis, a WarmStartSettings beyond its checkpoint.
-- It is a TPUEstimator (and an Estimator): `isinstance` holds and
-  `tf.estimator.train_and_evaluate` takes it. `train`, `evaluate`, `predict`,
-  the exports and `model_fn` are the engine's, run in the engine's eager
-  context (engines/distribute/eager.py) while the program stays in TF 1 graph
-  mode; `model_dir`, `config`, `params`, `eval_dir`, `latest_checkpoint` and
+- It is a TPUEstimator (and an Estimator), for `isinstance`. `train`,
+  `evaluate`, `predict`, the exports and `model_fn` are the engine's, run in
+  the engine's eager context (engines/distribute/eager.py) while the program
+  stays in TF 1 graph mode; `model_dir`, `config`, `params`, `eval_dir`, `latest_checkpoint` and
   `get_variable_*` are TensorFlow's own, over the same model_dir, RunConfig and
   params. A public member the engine lacks is refused with its name, never
   run by TensorFlow's TPUEstimator over state it does not have.
@@ -52,6 +51,7 @@ _API_NAMES = frozenset({"_estimator_api_names", "_estimator_api_names_v1",
                         "_estimator_api_constants", "_estimator_api_constants_v1",
                         "_tf_api_names", "_tf_api_names_v1", "_tf_docs_inheritable_header"})
 _ESTIMATOR_INSTEAD = f"run it with {ENGINE_ENV}=estimator"
+_EXPORTS = ("export_saved_model", "export_savedmodel", "experimental_export_all_saved_models")
 
 
 class EngineRefusal(ValueError):
@@ -92,22 +92,18 @@ class EngineTPUEstimator(_TPUEstimator):
                                    exporter)
     loop.say(f"engine: distribute ({self._engine.describe()}), from {ENGINE_ENV}")
 
-  def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
-    return self._engine_call("evaluate", input_fn, steps=steps, hooks=hooks,
-                             checkpoint_path=self._checkpoint(checkpoint_path), name=name)
+  def _latest_checkpoint_of_subclass(self, member_name, args, kwargs):
+    """args, kwargs of an export with checkpoint_path from a subclass's own latest_checkpoint().
 
-  def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
-              yield_single_examples=True):
-    return self._engine_call("predict", input_fn, predict_keys=predict_keys, hooks=hooks,
-                             checkpoint_path=self._checkpoint(checkpoint_path),
-                             yield_single_examples=yield_single_examples)
-
-  def _checkpoint(self, checkpoint_path):
-    """checkpoint_path, or a subclass's own latest_checkpoint() (Estimator asks it when None)."""
-    if checkpoint_path is None and (type(self).latest_checkpoint
-                                    is not _TPUEstimator.latest_checkpoint):
-      return self.latest_checkpoint()
-    return checkpoint_path
+    The Estimator exports the checkpoint `self.latest_checkpoint()` names
+    (train, evaluate and predict read the model_dir's latest themselves).
+    """
+    if type(self).latest_checkpoint is _TPUEstimator.latest_checkpoint:
+      return args, kwargs
+    bound = inspect.signature(getattr(_TPUEstimator, member_name)).bind(self, *args, **kwargs)
+    if bound.arguments.get("checkpoint_path") is None:
+      bound.arguments["checkpoint_path"] = self.latest_checkpoint()
+    return bound.args[1:], bound.kwargs
 
   def _engine_call(self, member_name, /, *args, **kwargs):
     """The engine's member called in its eager context; the engine itself reads as self."""
@@ -133,6 +129,8 @@ def _engine_member(name, is_property):
     return property(lambda self: _engine_value(self, name))
 
   def member(self, *args, **kwargs):
+    if name in _EXPORTS:
+      args, kwargs = self._latest_checkpoint_of_subclass(name, args, kwargs)
     return self._engine_call(name, *args, **kwargs)
 
   member.__name__ = name
@@ -224,16 +222,18 @@ def _build_engine(model_fn, run_config, params, use_tpu, train_batch_size, eval_
 def routed_class(cls):
   """cls with the engine beneath it: cls's own members first, then EngineTPUEstimator's.
 
+  Named as cls (TPUEstimator itself gets EngineTPUEstimator under its own name).
+
   Raises:
     EngineRefusal: cls overrides a private member of TPUEstimator or
       Estimator, which the engine never calls.
   """
-  if cls is _TPUEstimator:
-    return EngineTPUEstimator
   if cls not in _ROUTED:
     _refuse_private_overrides(cls)
-    _ROUTED[cls] = type(cls.__name__, (cls, EngineTPUEstimator),
-                        {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+    bases = (EngineTPUEstimator,) if cls is _TPUEstimator else (cls, EngineTPUEstimator)
+    module = EngineTPUEstimator.__module__ if cls is _TPUEstimator else cls.__module__
+    _ROUTED[cls] = type(cls.__name__, bases,
+                        {"__module__": module, "__qualname__": cls.__qualname__,
                          "__doc__": cls.__doc__, "_routed_from": cls})
   return _ROUTED[cls]
 
