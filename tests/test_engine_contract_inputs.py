@@ -25,6 +25,7 @@ from test_legacy_corpus_engine import ENGINE_LINE
 from estimator_tpu import stacks
 from estimator_tpu.engines.distribute import context as context_lib
 from estimator_tpu.engines.distribute import engine as distribute_engine
+from estimator_tpu.engines.distribute import inputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -122,6 +123,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from estimator_tpu import stacks
 from estimator_tpu.engines.distribute import engine as distribute_engine
+from estimator_tpu.engines.distribute import inputs
 
 seen = []
 
@@ -183,6 +185,49 @@ def test_tensors_from_the_input_fns_graph_train_evaluate_and_predict_alike(
   _assert_same_numbers(estimator, distribute, "weights", "logits")
   assert len(distribute["logits"]) == 12
   assert distribute["shapes"] == estimator["shapes"] == {"eval": [[4, 4], [4]]}
+
+
+def _host_values(input_fn, mode="eval", seed=None):
+  dataset = inputs.host_dataset(input_fn, {"batch_size": 2}, mode, None,
+                                tf.distribute.InputContext(), seed)
+  return [tf.nest.map_structure(lambda t: t.numpy().tolist(), element) for element in dataset]
+
+
+def test_a_dataset_reading_its_graphs_variable_runs_in_a_session_on_that_graph():
+  def input_fn(params):
+    offset = tf.compat.v1.get_variable("offset", initializer=tf.constant(10, tf.int64))
+    return tf.data.Dataset.range(4).map(lambda x: x + offset).batch(params["batch_size"])
+
+  dataset = inputs.host_dataset(input_fn, {"batch_size": 2}, "eval", None, None)
+  assert not hasattr(dataset, "input_graph")  # streamed from the session, not carried out
+  assert _host_values(input_fn) == [[10, 11], [12, 13]]
+
+
+def test_a_dataset_of_random_ops_and_py_funcs_is_carried_out_of_its_graph_whole():
+  def input_fn(params):
+    dataset = tf.data.Dataset.range(6).shuffle(6).map(
+        lambda x: tf.compat.v1.py_func(lambda v: v * 10, [x], tf.int64, stateful=True))
+    return dataset.batch(params["batch_size"])
+
+  dataset = inputs.host_dataset(input_fn, {"batch_size": 2}, "eval", None, None, seed=3)
+  assert dataset.input_graph.seed == 3  # serialized, not streamed
+  values = sorted(sum(_host_values(input_fn, seed=3), []))
+  assert values == [0, 10, 20, 30, 40, 50]
+  assert _host_values(input_fn, seed=3) == _host_values(input_fn, seed=3)
+
+
+def test_what_the_estimator_refuses_from_an_input_fn_is_refused_alike():
+  with pytest.raises(ValueError, match="input_fn should return \\(features, labels\\) as a len "
+                     "2 tuple: it returned a Dataset whose elements are a tuple of 3"):
+    _host_values(lambda params: tf.data.Dataset.from_tensors((1, 2, 3)))
+  with pytest.raises(ValueError, match="does not include params argument"):
+    _host_values(lambda: tf.data.Dataset.range(2))
+  with pytest.raises(ValueError, match="eval_batch_size=10 must be divisible by the 4 replicas; "
+                     "try 8 or 12"):
+    inputs.replica_batch(10, 4, "eval_batch_size")
+  with pytest.raises(ValueError, match="predict_batch_size is None: the 2 replicas"):
+    inputs.replica_batch(None, 2, "predict_batch_size")
+  assert inputs.replica_batch(None, 1, "predict_batch_size") is None
 
 
 # The program's own TF 1 graph code ----------------------------------------------------------

@@ -1,8 +1,9 @@
 """What an input_fn returns, as the tf.data pipeline the distribute engine's strategy distributes.
 
-TPUEstimator (with use_tpu=False, the Estimator's `_get_features_and_labels_
-from_input_fn`; on a TPU, `_InputPipeline` / `_Inputs`) accepts from an
-input_fn a `tf.data.Dataset` of `(features, labels)` or of features alone, or
+TPUEstimator (with use_tpu=False the Estimator's
+`_get_features_and_labels_from_input_fn`, on a TPU `_InputPipeline` and
+`_Inputs`) accepts from an input_fn a `tf.data.Dataset` of
+`(features, labels)` or of features alone, or
 `(features, labels)` / features as tensors or dicts of tensors built in the
 estimator's TF 1 graph (an iterator's `get_next()`, constants, queues fed by
 queue runners). The engine calls the input_fn the same way and keeps what it
@@ -45,9 +46,11 @@ ModeKeys = stacks.ModeKeys
 
 # Stateful ops a serialized Dataset may hold and still run outside its graph's session:
 # random ops (their seeds are attributes), py_funcs (registered in this process; the
-# graph is kept alive) and initialized lookup tables, which the serialization rebuilds.
+# graph is kept alive), initialized lookup tables, which the serialization rebuilds, and
+# assertions and prints, which hold no state.
 _PORTABLE_STATEFUL = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc", "HashTableV2",
-                                "LookupTableFindV2", "LookupTableSizeV2", "_Arg", "_Retval"})
+                                "LookupTableFindV2", "LookupTableSizeV2", "Assert", "Print",
+                                "PrintV2", "_Arg", "_Retval"})
 
 
 def replica_batch(global_batch, num_replicas, name):

@@ -65,8 +65,8 @@ def make_input_fn(mode, count, seed):
     features, labels = _records(count, seed)
     dataset = tf.data.Dataset.from_tensor_slices(({"x": features}, labels))
     dataset = dataset.shard(num_hosts, current_host)
-    if mode == "train":
-      dataset = dataset.repeat()
+    if mode == "train":  # seeded by the RunConfig's tf_random_seed, as TF 1 seeds a graph
+      dataset = dataset.shuffle(64).repeat()
     if mode == "predict":
       dataset = dataset.map(lambda features, labels: features)
     return dataset.batch(params["batch_size"], drop_remainder=True)

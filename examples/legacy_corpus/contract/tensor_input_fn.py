@@ -3,7 +3,7 @@
 TPUEstimator (as the Estimator) takes from an input_fn `(features, labels)` or
 features as tensors: an iterator's `get_next()`, constants, or a queue's batch.
 Training reads `--train_input` (one_shot: a one-shot iterator over
-`--train_batches` batches, which ends training where it ends; constant: one
+`--train_batches` shuffled batches, which ends training where it ends; constant: one
 constant batch, every step; queue: `tf.train.batch` over a slice producer,
 fed by queue runners); evaluation reads a finite one-shot iterator to its end
 (OutOfRange, no `steps`); prediction reads features alone, from a Dataset or
@@ -49,7 +49,7 @@ def train_input_fn(params):
     x, y = tf.train.slice_input_producer([features, labels], shuffle=False)
     xs, ys = tf.train.batch([x, y], batch_size=batch, num_threads=1)
     return {"x": xs}, ys
-  dataset = tf.data.Dataset.from_tensor_slices(({"x": features}, labels))
+  dataset = tf.data.Dataset.from_tensor_slices(({"x": features}, labels)).shuffle(32)
   dataset = dataset.batch(batch, drop_remainder=True)
   return tf.data.make_one_shot_iterator(dataset).get_next()
 
