@@ -328,6 +328,40 @@ def test_a_subclass_overriding_a_private_hook_stops_with_one_line(tmp_path):
   assert not os.path.exists(model_dir)  # stopped before anything ran
 
 
+def _linear_model_fn(features, labels, mode, params):
+  del params
+  weights = tf.compat.v1.get_variable("w", [4, 2], initializer=tf.compat.v1.zeros_initializer())
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, tf.matmul(features, weights))
+  return stacks.tpu.TPUEstimatorSpec(mode, loss=loss)
+
+
+@pytest.mark.parametrize("arguments,tpu_config,refused", [
+    ({"use_tpu": True}, {"num_cores_per_replica": 2},
+     r"TPUConfig\(num_cores_per_replica=...\) \(model parallelism\) is not on the distribute"),
+    ({"use_tpu": True, "batch_axis": (0, 0)}, {}, r"TPUEstimator\(batch_axis=...\)"),
+    ({"use_tpu": False, "warm_start_from": stacks.estimator.WarmStartSettings(
+        "/tmp/ckpt", vars_to_warm_start="dense.*")}, {},
+     r"WarmStartSettings with vars_to_warm_start, .* ESTIMATOR_TPU_ENGINE=estimator$")])
+def test_what_the_engine_cannot_run_is_refused_at_construction(
+    monkeypatch, tmp_path, arguments, tpu_config, refused):
+  from estimator_tpu.compat import engine as compat_engine
+  from estimator_tpu.compat import routing
+  routing.install()
+  monkeypatch.setenv("ESTIMATOR_TPU_ENGINE", "distribute")
+  config = stacks.tpu.RunConfig(model_dir=str(tmp_path),
+                                tpu_config=stacks.tpu.TPUConfig(**tpu_config))
+  with pytest.raises(compat_engine.EngineRefusal, match=refused):
+    stacks.tpu.TPUEstimator(model_fn=_linear_model_fn, config=config, train_batch_size=8,
+                            **arguments)
+  # TPUEstimator's own checks, with its messages.
+  with pytest.raises(ValueError, match="`config` must be provided with type"):
+    stacks.tpu.TPUEstimator(model_fn=_linear_model_fn, config=stacks.estimator.RunConfig(),
+                            use_tpu=False)
+  with pytest.raises(ValueError, match="are reserved keys but existed in params"):
+    stacks.tpu.TPUEstimator(model_fn=_linear_model_fn, config=config, use_tpu=False,
+                            params={"batch_size": 2})
+
+
 @pytest.mark.skipif(stacks.NAME != "tf2.15", reason="TensorFlow 2.16+ lacks modules "
                     "tensorflow_estimator imports: it imports only after estimator_tpu's stand-ins")
 def test_tensorflow_estimators_class_imported_and_built_before_tf_reaches_the_engine(tmp_path):

@@ -11,8 +11,8 @@ gets TensorFlow's TPUEstimator itself.
 - It takes TPUEstimator's arguments and checks them as TPUEstimator does (a
   tpu_config.RunConfig, no reserved params keys, the model_fn's arguments,
   model_dir from the RunConfig or a temporary one), and refuses, in one line
-  each, what the engine cannot run: model parallelism, spatial partitioning,
-  TPU embeddings, a batch_axis, a WarmStartSettings beyond its checkpoint.
+  each, what the engine cannot run: model parallelism (and with it spatial
+  partitioning), TPU embeddings, a batch_axis, a WarmStartSettings beyond its checkpoint.
 - It is a TPUEstimator (and an Estimator), for `isinstance`. `train`,
   `evaluate`, `predict`, the exports and `model_fn` are the engine's, run in
   the engine's eager context (engines/distribute/eager.py) while the program
@@ -179,10 +179,9 @@ def _refuse_what_the_engine_lacks(config, use_tpu, batch_axis, embedding_config_
                                   warm_start_from):
   """One line for each TPUEstimator argument the engine would otherwise leave unused."""
   tpu = config.tpu_config
+  # (TPUConfig's input_partition_dims, spatial partitioning, needs num_cores_per_replica.)
   fields = {"TPUConfig(num_cores_per_replica=...) (model parallelism)":
                 use_tpu and tpu.num_cores_per_replica,
-            "TPUConfig(input_partition_dims=...) (spatial partitioning)":
-                use_tpu and tpu.input_partition_dims,
             "TPUEstimator(embedding_config_spec=...) (TPU embeddings)": embedding_config_spec,
             "TPUEstimator(batch_axis=...) (each replica's batch is its own input_fn batch "
             "here)": use_tpu and batch_axis is not None}

@@ -53,13 +53,13 @@ def tensorflows_init(estimator, *args, **kwargs):
 
 
 def _new(cls, *args, **kwargs):
-  # A program may build its TPUEstimator before it first uses `tf`: the process is set up
-  # for TF 1 now, before the engine enters its eager context.
-  from estimator_tpu.compat import activation  # pylint: disable=import-outside-toplevel
   from estimator_tpu.compat import engine  # pylint: disable=import-outside-toplevel
-  activation.activate()
   if not issubclass(cls, engine.EngineTPUEstimator) and _chosen(cls, args, kwargs) == (
       "distribute"):
+    # A program may build its TPUEstimator before it first uses `tf`: the process is set
+    # up for TF 1 now, before the engine enters its eager context.
+    from estimator_tpu.compat import activation  # pylint: disable=import-outside-toplevel
+    activation.activate()
     cls = engine.routed_class(cls)
   return object.__new__(cls)
 
