@@ -12,6 +12,8 @@ resolve to the same objects, and one that gives the tf-slim package
 imports no TensorFlow: `tf.contrib.tpu.TPUEstimator` imports TensorFlow's
 estimator at that moment. The first use of `tf` sets up the process for TF 1
 code (TF 1 shapes, no deprecation messages; estimator_tpu.compat.activation).
+TensorFlow's TPUEstimator, by whatever path a program reaches it, runs on the
+engine ESTIMATOR_TPU_ENGINE names (estimator_tpu.compat.routing).
 """
 
 import os
@@ -19,6 +21,7 @@ import sys
 
 from estimator_tpu.compat import module_paths
 from estimator_tpu.compat import registry
+from estimator_tpu.compat import routing
 from estimator_tpu.compat import slim
 from estimator_tpu.compat._lazy import CompatTF
 
@@ -32,5 +35,6 @@ if "tensorflow" not in sys.modules:
 tf = CompatTF(registry.CONTRIB)
 module_paths.install()
 slim.install()
+routing.install()
 
 __all__ = ["tf"]

@@ -5,8 +5,10 @@
   (`tf.placeholder`, `tf.Session`, `tf.summary.FileWriter`, `tf.train.Saver`)
   runs as written. Estimators build their own graphs and run the same either way.
   The switch is process-wide; ESTIMATOR_TPU_COMPAT_EXECUTION=eager keeps eager
-  execution on (for TF 2 code in the same process, or a test process), and so
-  does ESTIMATOR_TPU_ENGINE=distribute (its tf.functions need it).
+  execution on (for TF 2 code in the same process, or a test process). Under
+  ESTIMATOR_TPU_ENGINE=distribute too the program keeps graph mode: the engine
+  enters an eager context of its own for what it does
+  (estimator_tpu.engines.distribute.eager).
 - TF 1 TensorShape semantics: `shape[-1].value`, `tf.Dimension`, iteration
   over Dimensions, Dimension arithmetic and comparisons, exactly as TF 1.15 had
   them, by TensorFlow's own switch (`tf.compat.v1.disable_v2_tensorshape()`,
@@ -64,17 +66,10 @@ def activate():
   if shapes not in ("v1", "v2"):
     raise ValueError(f"{SHAPES_ENV}={shapes!r} is not a shape mode: use v1 (TF 1 "
                      f"TensorShape, the default) or v2")
-  from estimator_tpu.compat import engine
-  # The distribute engine runs tf.functions: eager execution stays on for it.
-  on_engine = engine.chosen_engine(True) == "distribute"
-  execution = os.environ.get(EXECUTION_ENV, "eager" if on_engine else "graph")
+  execution = os.environ.get(EXECUTION_ENV, "graph")
   if execution not in ("graph", "eager"):
     raise ValueError(f"{EXECUTION_ENV}={execution!r} is not an execution mode: use graph "
                      f"(TF 1's, the default) or eager")
-  if on_engine and execution == "graph":
-    raise ValueError(f"{EXECUTION_ENV}=graph cannot go with {engine.ENGINE_ENV}=distribute: "
-                     "the distribute engine runs tf.functions, which need eager execution; "
-                     f"unset {EXECUTION_ENV}, or use {engine.ENGINE_ENV}=estimator")
   if shapes == "v1":
     tf.compat.v1.disable_v2_tensorshape()
   if execution == "graph":
@@ -88,7 +83,6 @@ def activate():
   from estimator_tpu.compat import layer_hooks
   layer_hooks.install(stacks.keras.layers.Layer)
   tf_standins.restore_estimator_attributes()
-  engine.route_estimator_api()
   # TF 2.15's own tf.compat.v1.estimator is this API module tree ("TPUConfig is deprecated").
   if stacks.NAME == "tf2.15":
     importlib.import_module(_TF215_ESTIMATOR_V1)

@@ -89,6 +89,8 @@ def _v1_status(parts):
   """(status, note) of tf.<parts...> outside tf.contrib, against the installed TensorFlow."""
   if not parts:
     return _lazy.MAPPED, ""
+  if parts[:3] == ["compat", "v1", "estimator"]:  # the same API as tf.estimator (tf_standins)
+    parts = parts[2:]
   if parts[0] == "estimator" and parts[1:2] and parts[1].startswith("BoostedTrees"):
     return _lazy.REFUSED, importlib.import_module("estimator_tpu.compat.tf2").BOOSTED_TREES.format(
         name=parts[1])

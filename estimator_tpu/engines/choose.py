@@ -112,6 +112,16 @@ def chosen_engine(use_tpu, environ=os.environ):
   return engine
 
 
+def program_engine(use_tpu, environ=os.environ):
+  """The engine of a program's TPUEstimator(use_tpu=...): chosen_engine's answer.
+
+  use_tpu None (a program's subclass sets it in its own __init__, after the
+  choice) counts as True: under `auto` only a PJRT TPU chooses the distribute
+  engine, and TPUEstimator programs there run with use_tpu.
+  """
+  return chosen_engine(True if use_tpu is None else use_tpu, environ)
+
+
 def program_strategy(use_tpu, run_config):
   """The distribute engine's strategy for a program's TPUEstimator(use_tpu, config)."""
   if use_tpu:

@@ -32,18 +32,22 @@ evaluation step and read at its end (distribute/metric_ops.py).
 """
 
 import contextlib
+import copy
 import os
 import warnings
 
 import tensorflow as tf
 from tensorflow.python.ops import summary_ops_v2
+from tensorflow_estimator.python.estimator.tpu import tpu_estimator as tpu_estimator_lib
 
 from estimator_tpu import stacks
 from estimator_tpu.engines import calls
 from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import checkpoint_timing
+from estimator_tpu.engines.distribute import context as input_context_lib
 from estimator_tpu.engines.distribute import event_files
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
+from estimator_tpu.engines.distribute import inputs
 from estimator_tpu.engines.distribute import metric_ops
 from estimator_tpu.engines.distribute import monitors
 from estimator_tpu.engines.distribute import optimizer_rules
@@ -58,13 +62,10 @@ SAVE_AT_END = 2 ** 62  # save_checkpoints_steps of a run that checkpoints when t
 CHECKPOINT_NAME = "model.ckpt"
 
 
-class HostContext:
-  """params['context'] of an input_fn: which host of how many (TPUEstimator's PER_HOST_V2)."""
-
-  def __init__(self, input_context):
-    self.num_hosts = input_context.num_input_pipelines if input_context else 1
-    self.current_host = input_context.input_pipeline_id if input_context else 0
-    self.num_replicas = input_context.num_replicas_in_sync if input_context else 1
+# params['context'] of an input_fn: TPUEstimator's TPUContext for the host of an InputContext.
+HostContext = input_context_lib.for_input_fn
+_BATCH_NAMES = {ModeKeys.TRAIN: "train_batch_size", ModeKeys.EVAL: "eval_batch_size",
+                ModeKeys.PREDICT: "predict_batch_size"}
 
 
 def _call_model_fn(model_fn, features, labels, mode, params, config):
@@ -143,7 +144,7 @@ class DistributeEngine(surface.EstimatorSurface):
                keep_checkpoint_max=KEEP_CHECKPOINTS, save_checkpoints_secs=None,
                replica_function=False):
     self._model_fn = model_fn
-    self._user_params = dict(params)
+    self._user_params = copy.deepcopy(params)  # a dict, or an HParams (TPUEstimator takes both)
     self.strategy = strategy
     self.model_dir = model_dir
     self._batches = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
@@ -187,10 +188,24 @@ class DistributeEngine(surface.EstimatorSurface):
   # The pieces every mode shares.
 
   def _params(self, mode, input_context=None):
-    params = dict(self.params, batch_size=self._batches[mode] // self.num_replicas,
-                  use_tpu=self._use_tpu)
+    """params for an input_fn (input_context given) or the model_fn, as TPUEstimator makes them.
+
+    A copy of the program's params with the replica's share of the global
+    batch, use_tpu, and TPUEstimator's TPUContext (engines/distribute/context.py):
+    the host's for an input_fn; on a TPU, the model_fn's.
+    """
+    params = copy.deepcopy(self._user_params)
+    share = inputs.replica_batch(self._batches[mode], self.num_replicas, _BATCH_NAMES[mode])
+    items = {"batch_size": share, "use_tpu": self._use_tpu}
     if input_context is not None:
-      params["context"] = HostContext(input_context)
+      hosts = input_context_lib.strategy_hosts(self.strategy, input_context.num_input_pipelines)
+      items["context"] = input_context_lib.for_input_fn(input_context, mode, hosts)
+    elif self._use_tpu:
+      items["context"] = input_context_lib.for_model_fn(
+          self.num_replicas, input_context_lib.strategy_hosts(self.strategy), mode)
+    for key, value in items.items():
+      if value is not None:
+        tpu_estimator_lib._add_item_to_params(params, key, value)  # pylint: disable=protected-access
     return params
 
   def _dataset(self, input_fn, mode):
@@ -199,12 +214,8 @@ class DistributeEngine(surface.EstimatorSurface):
     def dataset_fn(input_context):
       with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-        dataset = input_fn(self._params(mode, input_context))
-      if not isinstance(dataset, tf.data.Dataset):
-        raise ValueError(
-            f"the input_fn returned a {type(dataset).__name__}; --engine=distribute needs a "
-            "tf.data.Dataset of (features, labels) batches of params['batch_size']")
-      return dataset
+        return inputs.host_dataset(input_fn, self._params(mode, input_context), mode,
+                                   self.config, input_context, self._seed)
 
     if self._seed is not None:
       tf.random.set_seed(self._seed)
