@@ -39,6 +39,7 @@ from tensorflow.python.ops import summary_ops_v2
 from estimator_tpu import stacks
 from estimator_tpu.engines import calls
 from estimator_tpu.engines import tpu_estimator
+from estimator_tpu.engines.distribute import graph_twin
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
 from estimator_tpu.engines.distribute import optimizer_rules
 from estimator_tpu.engines.distribute import variables as tf1_variables
@@ -59,15 +60,15 @@ class HostContext:
     self.num_replicas = input_context.num_replicas_in_sync if input_context else 1
 
 
-def _call_model_fn(model_fn, features, labels, mode, params, config):
+def _call_model_fn(model_fn, features, labels, mode, params, config, store):
   """The model_fn's spec; what a session-free engine cannot run is refused by name."""
   spec = calls.call_model_fn(model_fn, features, labels, mode, params, config)
   scaffold = getattr(spec, "scaffold", None)
   if getattr(spec, "scaffold_fn", None) is not None:
-    # Called here, in the trace: its init_from_checkpoint and Saver are recorded
-    # (tf1_variables.VariableStore) and done by the engine.
-    scaffold = spec.scaffold_fn()
-  _check_scaffold(scaffold)
+    # Called here, in a graph of the trace's own: its init_from_checkpoint and Saver are
+    # recorded (tf1_variables.VariableStore); its session work is graph_twin's.
+    scaffold = graph_twin.traced_scaffold(spec.scaffold_fn)
+  graph_twin.check_scaffold(scaffold, mode, store)
   for kind in ("training_hooks", "evaluation_hooks", "prediction_hooks"):
     hooks = getattr(spec, kind, None) or ()
     if hooks:
@@ -81,20 +82,6 @@ def _features_and_labels(element):
   if isinstance(element, tuple) and len(element) == 2:
     return element
   return element, None
-
-
-def _check_scaffold(scaffold):
-  """A Scaffold whose work needs a session is refused, naming what it holds."""
-  if scaffold is None:
-    return
-  needs_session = [name for name in ("init_op", "init_fn", "init_feed_dict", "local_init_op",
-                                     "ready_op", "ready_for_local_init_op")
-                   if getattr(scaffold, "_" + name, None) is not None]
-  if needs_session:
-    raise distribute_hooks.UnsupportedHookError(
-        f"the model_fn's Scaffold sets {', '.join(needs_session)}, which need a TF 1 "
-        "session; --engine=distribute runs none (its init_from_checkpoint and its saver are "
-        "supported): use --engine=estimator / ESTIMATOR_TPU_ENGINE=estimator")
 
 
 def _host_call_ops(host_call):
@@ -162,6 +149,7 @@ class DistributeEngine:
     # The graph each mode's replica step was last traced in (its model_fn ops).
     self.step_graphs = {}
     self._saver = None
+    self._twin = None  # this train() call's graph_twin.GraphTwin
     self.host_loop_iterations = iterations_per_loop
 
   @property
@@ -239,7 +227,7 @@ class DistributeEngine:
       warnings.filterwarnings("ignore", message=".*layer.updates.*")
       tf.compat.v1.train.get_or_create_global_step()
       spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
-                            self.config)
+                            self.config, self._store)
     self.step_graphs[mode] = tf.compat.v1.get_default_graph()
     return spec
 
@@ -272,14 +260,24 @@ class DistributeEngine:
         self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
     return self._saver
 
-  def _restore(self, checkpoint_path=None):
-    """Restores the given or newest checkpoint; returns its path (None: fresh start)."""
+  def _restore(self, checkpoint_path=None, twin=None):
+    """Restores the given or newest checkpoint; returns its path (None: fresh start).
+
+    With `twin` (training), TF 1's session start is the twin's where it does more
+    than restoring: a Scaffold's session work, tensor initial values (graph_twin.py).
+    """
     path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
     if path:
       self._assign_from(path, self._store.global_variables())
       for var_list in self._store.savers:  # a scaffold's saver, e.g. moving averages
         self._assign_from(path, var_list)
+      self._store.pending -= set(self._store.global_variables())
+      if twin is not None and twin.wanted_at_resume(self._store):
+        twin.start(self._store, self.strategy, path)
       return path
+    if twin is not None and twin.wanted_at_start(self._store):
+      twin.start(self._store, self.strategy)
+      return None
     if self._warm_start_from:
       self._warm_start()
     for name, (variable, ckpt_file, tensor_name) in self._store.checkpoint_initializers.items():
@@ -325,8 +323,10 @@ class DistributeEngine:
       listener.before_save(None, step)
     tf.io.gfile.makedirs(self.model_dir)
     self._sync_on_read_to_copies()
-    self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
-                                  global_step=step, write_meta_graph=False)
+    path = self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
+                                         global_step=step, write_meta_graph=False)
+    if self._twin is not None:
+      self._twin.after_save(path)
     stop = False
     for listener in listeners:
       stop = bool(listener.after_save(None, step)) or stop
@@ -398,8 +398,10 @@ class DistributeEngine:
     runner = distribute_hooks.HookRunner(hooks, ModeKeys.TRAIN)
     iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
     function = self._train_function()
+    traced = self.step_graphs.get(ModeKeys.TRAIN)
     function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))  # makes the variables
-    fresh = self._restore() is None
+    self._twin = self._graph_twin(input_fn, self.step_graphs.get(ModeKeys.TRAIN) is traced)
+    fresh = self._restore(twin=self._twin) is None
     step = self._global_step()
     last = max_steps if max_steps is not None else (
         step + steps if steps is not None else float("inf"))
@@ -409,6 +411,7 @@ class DistributeEngine:
       listener.begin()
     runner.begin()
     runner.after_create_session()
+    self._twin.after_create_session()
     if fresh:  # as the Estimator's saver does when a run starts from nothing
       self._save(listeners)
     saved_at, saved_time = step, time.time()
@@ -437,7 +440,16 @@ class DistributeEngine:
     for listener in listeners:
       listener.end(None, step)
     runner.end()
+    self._twin = None
     return self
+
+  def _graph_twin(self, input_fn, show_program_output):
+    """This train() call's model_fn in a TF 1 graph, built when something asks (graph_twin.py)."""
+    input_context = tf.distribute.InputContext(1, 0, self.num_replicas)
+    return graph_twin.GraphTwin(
+        self._model_fn, input_fn, lambda: self._params(ModeKeys.TRAIN),
+        lambda: self._params(ModeKeys.TRAIN, input_context), self.config, self._seed,
+        self.model_dir, self._warm_start_from, self._keep, show_program_output)
 
   def run_one_step(self, input_fn, mode):
     """Runs the function train() (TRAIN) or evaluate() (EVAL) runs, once, on one batch.
