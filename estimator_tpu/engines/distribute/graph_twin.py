@@ -113,8 +113,10 @@ def check_scaffold(scaffold, mode, store):
 def _refuse_step_ops(field, value):
   """A Scaffold op made in the traced step would change state at every step: refused."""
   graph = tf.compat.v1.get_default_graph()
-  pending = [x.op if isinstance(x, tf.Tensor) else x for x in tf.nest.flatten(value)
-             if isinstance(x, (tf.Tensor, tf.Operation))]
+  # An op, a tensor, or what `variable.assign()` returns: each has its op.
+  pending = [x if isinstance(x, tf.Operation) else getattr(x, "op", None)
+             for x in tf.nest.flatten(value)]
+  pending = [op for op in pending if isinstance(op, tf.Operation)]
   seen = set()
   while pending:
     op = pending.pop()
@@ -144,9 +146,10 @@ class GraphTwin:
     warm_start_from: a checkpoint (or its directory) of trainable variables
       to start from, or None.
     keep_checkpoint_max: the Estimator's Saver's max_to_keep.
-    show_program_output: whether what the input_fn and model_fn print and log
-      while the twin is built is shown (the engine did not trace the model_fn
-      in this train() call, where the Estimator would have called it).
+    show_program_output: whether what the model_fn prints and logs while the
+      twin is built is heard (the engine did not trace the model_fn in this
+      train() call, where the Estimator calls it once); the input_fn's is not
+      (the engine calls it at every train()).
   """
 
   def __init__(self, model_fn, input_fn, params, input_params, run_config, seed, model_dir,
@@ -194,10 +197,11 @@ class GraphTwin:
     tf.compat.v1.random.set_random_seed(self._seed)
     tpu_estimator_lib._create_global_step(graph)  # pylint: disable=protected-access
     training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
-    with self._program_output():
+    with _program_output(shown=False):  # the engine called this input_fn itself
       with tf.compat.v1.device("/device:CPU:0"):
         result = _call_input_fn(self._input_fn, self._input_params(), self._config)
       features, labels, _ = estimator_util.parse_input_fn_result(result)
+    with _program_output(shown=self._show):
       spec = calls.call_model_fn(self._model_fn, features, labels, ModeKeys.TRAIN,
                                  self._params(), self._config)
       if isinstance(spec, model_fn_lib._TPUEstimatorSpec):  # pylint: disable=protected-access
@@ -221,16 +225,6 @@ class GraphTwin:
       tf.compat.v1.add_to_collection(GraphKeys.SAVERS, tf.compat.v1.train.Saver(
           sharded=True, max_to_keep=self._keep, keep_checkpoint_every_n_hours=hours,
           defer_build=True, save_relative_paths=True))
-
-  @contextlib.contextmanager
-  def _program_output(self):
-    """The program's own lines while its code runs in the twin: shown, or kept out."""
-    if self._show:
-      with _program_voice():
-        yield
-      return
-    with contextlib.redirect_stdout(io.StringIO()):
-      yield
 
   # The session.
 
@@ -328,6 +322,17 @@ def _program_voice():
     yield
   finally:
     logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _program_output(shown):
+  """The program's own lines while its code runs in the twin: heard, or kept out (stdout too)."""
+  if shown:
+    with _program_voice():
+      yield
+    return
+  with contextlib.redirect_stdout(io.StringIO()):
+    yield
 
 
 def _with_program_voice(init_fn):

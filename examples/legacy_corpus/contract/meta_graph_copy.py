@@ -9,7 +9,8 @@ then does what ALBERT's run_pretraining.py does with its best checkpoint: copies
 (tf.train.import_meta_graph), restores the copy with the Saver it brings, and
 runs the imported graph's logits on a batch fed in place of its input. Writes
 model_dir's files, the imported graph's variables and collections, their
-restored values and the logits to --results as JSON.
+restored values and the logits to --results as JSON. With --nosave_graph_def
+(RunConfig's checkpoint_save_graph_def=False) it writes model_dir's files only.
 """
 
 import json
@@ -22,6 +23,7 @@ from estimator_tpu.compat import tf
 
 tf.flags.DEFINE_string("model_dir", None, "Estimator model_dir.")
 tf.flags.DEFINE_string("results", None, "Where to write what the program saw (JSON).")
+tf.flags.DEFINE_bool("save_graph_def", True, "RunConfig's checkpoint_save_graph_def.")
 FLAGS = tf.flags.FLAGS
 
 
@@ -85,9 +87,14 @@ def main(_):
   estimator = tf.contrib.tpu.TPUEstimator(
       model_fn=model_fn, use_tpu=False, train_batch_size=8, eval_batch_size=8,
       config=tf.contrib.tpu.RunConfig(model_dir=FLAGS.model_dir, save_checkpoints_steps=2,
-                                      keep_checkpoint_max=2))
+                                      keep_checkpoint_max=2,
+                                      checkpoint_save_graph_def=FLAGS.save_graph_def))
   estimator.train(input_fn, max_steps=6)
   result = estimator.evaluate(input_fn, steps=2)
+  if not FLAGS.save_graph_def:
+    with open(FLAGS.results, "w") as f:
+      json.dump({"files": files(FLAGS.model_dir)}, f, indent=1)
+    return
   checkpoint_path = estimator.latest_checkpoint()
   for ext in ["meta", "data-00000-of-00001", "index"]:
     src_ckpt = checkpoint_path + ".{}".format(ext)

@@ -4,10 +4,10 @@
 
 The scaffold_fn gives init_op = the global initializer, then the dense bias set
 from a placeholder fed by init_feed_dict; local_init_op = the default one, then
-a local variable (the learning rate's scale, 0 until it runs) set to 1;
-ready_op and ready_for_local_init_op report uninitialized variables. TF 1 runs
-init_op when a run starts from nothing and local_init_op at every session start
-(the second train() resumes, and trains only if it ran again). With
+a local variable (the learning rate's scale, 0 until it runs, halved by each
+step) set to 1; ready_op and ready_for_local_init_op report uninitialized
+variables. TF 1 runs init_op when a run starts from nothing and local_init_op
+at every session start: the second train() resumes with the scale at 1. With
 --uninitialized, init_op leaves the kernel out: TF 1's ready_op stops the run,
 and what it said is written. Writes what it saw to --results as JSON.
 """
@@ -52,9 +52,11 @@ def model_fn(features, labels, mode, params):
                            kernel_initializer=tf.constant_initializer(0.1))
   loss = tf.losses.sparse_softmax_cross_entropy(labels, logits)
   if mode == tf.estimator.ModeKeys.TRAIN:
+    # A warm restart: local_init_op sets the scale to 1 at every session start, each step halves it.
     scale = tf.get_local_variable("lr_scale", initializer=0.0)
     optimizer = tf.train.GradientDescentOptimizer(0.1 * scale)
-    train_op = optimizer.minimize(loss, tf.train.get_global_step())
+    with tf.control_dependencies([optimizer.minimize(loss, tf.train.get_global_step())]):
+      train_op = scale.assign(scale * 0.5)
     return tf.contrib.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op,
                                            scaffold_fn=scaffold_fn)
 
