@@ -33,6 +33,7 @@ INIT_CALLS = []
 
 def write_pretrained(path):
   """A checkpoint of another model: its variables are named pretrained/*."""
+  tf.gfile.MakeDirs(os.path.dirname(path))
   with tf.Graph().as_default():
     for name, value in PRETRAINED.items():
       tf.get_variable(name, initializer=value)
