@@ -36,13 +36,19 @@ def _assert_close(a, b, path=""):
     assert sorted(a) == sorted(b), path
     for key in a:
       _assert_close(a[key], b[key], f"{path}/{key}")
-  elif isinstance(a, list) and a and not isinstance(a[0], (int, float, list)):
-    assert a == b, path
-  elif isinstance(a, (list, float)):
+  elif isinstance(a, float) or (isinstance(a, list) and _numeric(a)):
     np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
                                rtol=TOLERANCE, atol=TOLERANCE, err_msg=path)
   else:
     assert a == b, path
+
+
+def _numeric(values):
+  try:
+    np.asarray(values, np.float64)
+  except (TypeError, ValueError):
+    return False
+  return True
 
 
 @pytest.mark.parametrize("init", ["saver", "slim"])

@@ -187,8 +187,14 @@ class GraphTwin:
   def _built(self):
     if self._graph is None:
       graph = tf.Graph()
-      with graph.as_default(), _library_quiet():
-        self._scaffold = self._build(graph)
+      try:
+        with graph.as_default(), _library_quiet():
+          self._scaffold = self._build(graph)
+      except Exception as e:
+        e.add_note("(raised where --engine=distribute builds the model_fn in a TF 1 graph, as "
+                   "TPUEstimator does, for a Scaffold's session work, tensor initial values and "
+                   "the checkpoints' .meta files)")
+        raise
       self._graph = graph
     return self._graph, self._scaffold
 
@@ -261,7 +267,13 @@ class GraphTwin:
           f"{sorted(twins)[:5]}")
     with strategy.scope():
       for name, value in values.items():
-        store.variables[name].assign(value)
+        variable = store.variables[name]
+        if not variable.shape.is_compatible_with(value.shape):
+          raise ValueError(
+              f"variable {name!r} is {variable.shape} in the engine's step but {value.shape} in "
+              "the model_fn's TF 1 graph (TRAIN mode, the params the engine gives): its shape "
+              "must not depend on how the engine calls the model_fn")
+        variable.assign(value)
     store.pending.clear()
 
   # Files.
