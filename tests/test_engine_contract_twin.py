@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from estimator_tpu import stacks
 from estimator_tpu.engines.distribute import engine as distribute_engine
+from estimator_tpu.engines.distribute import graph_twin
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -197,6 +198,47 @@ def test_a_local_init_op_in_evaluation_is_refused_naming_the_mode(tmp_path):
     engine.evaluate(_input_fn, steps=1)
 
 
+class _LoadMovingAverages(tf.compat.v1.train.SessionRunHook):
+  """Inception v3's LoadEMAHook: a Saver over the model's variables, built in begin()."""
+
+  def __init__(self, model_dir):
+    self._model_dir = model_dir
+
+  def begin(self):
+    averages = tf.compat.v1.train.ExponentialMovingAverage(0.5).variables_to_restore()
+    self._load = tf.compat.v1.train.Saver(averages)
+
+  def after_create_session(self, session, coord):
+    del coord
+    self._load.restore(session, tf.train.latest_checkpoint(self._model_dir))
+
+
+def test_a_hook_restoring_moving_averages_in_its_session_sets_the_engines_variables(tmp_path):
+  def model_fn(features, labels, mode, params):
+    del params
+    loss = _linear(features, labels)
+    if mode != stacks.ModeKeys.TRAIN:
+      return stacks.tpu.TPUEstimatorSpec(mode, loss=loss)
+    step = tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(
+        loss, tf.compat.v1.train.get_global_step())
+    with tf.control_dependencies([step]):
+      train_op = tf.compat.v1.train.ExponentialMovingAverage(0.5).apply(
+          tf.compat.v1.trainable_variables())
+    return stacks.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+  engine = _engine(model_fn, tmp_path)
+  engine.train(_input_fn, max_steps=4)
+  engine.evaluate(_input_fn, steps=1)  # the EVAL step's variables, from the checkpoint
+  checkpoint = tf.train.latest_checkpoint(str(tmp_path))
+  average = tf.train.load_variable(checkpoint, "dense/kernel/ExponentialMovingAverage")
+  assert not np.allclose(average, tf.train.load_variable(checkpoint, "dense/kernel"))
+  twin = engine._graph_twin(_input_fn, False, mode=stacks.ModeKeys.EVAL,  # pylint: disable=protected-access
+                            hooks=[_LoadMovingAverages(str(tmp_path))])
+  twin.start(engine._store, engine.strategy, checkpoint)  # pylint: disable=protected-access
+  kernel = engine._store.variables["dense/kernel"]  # pylint: disable=protected-access
+  np.testing.assert_array_equal(kernel.numpy(), average)
+
+
 # MirroredStrategy over two logical CPUs: the child.
 
 def _twin_model_fn(features, labels, mode, params):
@@ -244,7 +286,9 @@ def _child(out_dir):
         "start": {n: tf.train.load_variable(start, n).tolist() for n in ("dense/kernel", "noise")},
         "copies": [[v.numpy().tolist() for v in strategy.experimental_local_results(
             engine._store.variables[n])] for n in ("dense/kernel", "noise")],  # pylint: disable=protected-access
-        "meta": os.path.exists(os.path.join(model_dir, "model.ckpt-2.meta"))}
+        "meta": os.path.exists(os.path.join(model_dir, "model.ckpt-2.meta")),
+        "workers": graph_twin._workers(strategy),  # pylint: disable=protected-access
+        "shared_seed": graph_twin._shared_seed(strategy)}  # pylint: disable=protected-access
   print(json.dumps(results))
   return 0
 
@@ -260,6 +304,8 @@ def test_mirrored_replicas_each_start_from_the_twins_values(tmp_path):
   for name, seen in results.items():
     np.testing.assert_array_equal(seen["start"]["dense/kernel"], PRETRAINED_KERNEL[:, :2])
     assert seen["meta"], name
+    # One process: no seed to agree on; the all-reduce that agrees on one runs under both.
+    assert seen["workers"] == 1 and 0 <= seen["shared_seed"] < 2 ** 31 - 1
   assert results["mirrored"]["start"] == results["one_device"]["start"]
   kernel_copies, noise_copies = results["mirrored"]["copies"]
   assert len(kernel_copies) == 2 and kernel_copies[0] == kernel_copies[1]

@@ -19,7 +19,10 @@ params)` returning a TPUEstimatorSpec there, and on CPUs and GPUs:
 - evaluation runs the model_fn per replica and its eval_metrics' metric_fn
   once on the host over the concatenated tensors, as TPUEstimator does;
 - checkpoints are the Saver's name-based `model.ckpt-N`; the SavedModel is
-  exported by the estimator from the same checkpoint (export/saved_model.py).
+  exported by the estimator from the same checkpoint (export/saved_model.py);
+- what needs a TF 1 graph and session (a Scaffold's init_fn and init ops,
+  tensor initial values, the `.meta` beside each checkpoint) is done in the
+  model_fn's graph twin (graph_twin.py), once per train() call, off the steps.
 
 The engine presents train / evaluate / predict / export_saved_model as the
 estimators of tpu_estimator.py do, so loop.py does not know which it drives.
@@ -443,13 +446,13 @@ class DistributeEngine:
     self._twin = None
     return self
 
-  def _graph_twin(self, input_fn, show_program_output):
-    """This train() call's model_fn in a TF 1 graph, built when something asks (graph_twin.py)."""
+  def _graph_twin(self, input_fn, show_program_output, mode=ModeKeys.TRAIN, hooks=()):
+    """The model_fn of mode in a TF 1 graph, built when something asks for it (graph_twin.py)."""
     input_context = tf.distribute.InputContext(1, 0, self.num_replicas)
     return graph_twin.GraphTwin(
-        self._model_fn, input_fn, lambda: self._params(ModeKeys.TRAIN),
-        lambda: self._params(ModeKeys.TRAIN, input_context), self.config, self._seed,
-        self.model_dir, self._warm_start_from, self._keep, show_program_output)
+        self._model_fn, input_fn, lambda: self._params(mode),
+        lambda: self._params(mode, input_context), self.config, self._seed, self.model_dir,
+        self._warm_start_from, self._keep, show_program_output, mode, hooks)
 
   def run_one_step(self, input_fn, mode):
     """Runs the function train() (TRAIN) or evaluate() (EVAL) runs, once, on one batch.

@@ -33,6 +33,12 @@ when something asks for it; nothing of it runs per step:
 - each checkpoint the engine writes gets the twin's MetaGraphDef, with the
   Saver's SaverDef, as `.meta`; graph.pbtxt is written when training starts.
 
+A twin can also be built in EVAL or PREDICT mode with SessionRunHooks whose
+begin() needs the model's graph and whose after_create_session() a session
+(a Saver over the model's variables built in begin(), restoring moving
+averages after the checkpoint); their changes to the variables become the
+engine's.
+
 In the engine's own trace, a TPUEstimatorSpec's scaffold_fn is called in a
 graph of its own that never runs (traced_scaffold): the Savers and
 init_from_checkpoint it makes are recorded by the variable store, its ops are
@@ -133,11 +139,11 @@ def _refuse_step_ops(field, value):
 
 
 class GraphTwin:
-  """The model_fn's TRAIN graph as TPUEstimator builds it, with a session: built when asked.
+  """The model_fn's graph as TPUEstimator builds it, with a session: built when asked.
 
   Args:
     model_fn: the program's model_fn.
-    input_fn: the input_fn of this train() call.
+    input_fn: the input_fn of this train() call (or evaluate(), predict()).
     params: () -> the params the engine gives the model_fn.
     input_params: () -> the params the engine gives the input_fn.
     run_config: the RunConfig a model_fn's `config` gets (or None).
@@ -150,10 +156,17 @@ class GraphTwin:
       twin is built is heard (the engine did not trace the model_fn in this
       train() call, where the Estimator calls it once); the input_fn's is not
       (the engine calls it at every train()).
+    mode: the ModeKeys the graph is built in (TRAIN: as train() builds it).
+    hooks: SessionRunHooks whose begin() runs in the graph before it is
+      finalized and whose after_create_session(session, coord) runs with the
+      session, as MonitoredSession runs them (a hook that builds a Saver over
+      the model's variables and restores in its session, as Inception v3's
+      LoadEMAHook does): what they do to the variables is the engine's too.
   """
 
   def __init__(self, model_fn, input_fn, params, input_params, run_config, seed, model_dir,
-               warm_start_from=None, keep_checkpoint_max=5, show_program_output=False):
+               warm_start_from=None, keep_checkpoint_max=5, show_program_output=False,
+               mode=ModeKeys.TRAIN, hooks=()):
     self._model_fn = model_fn
     self._input_fn = input_fn
     self._params = params
@@ -164,6 +177,8 @@ class GraphTwin:
     self._warm_start_from = warm_start_from
     self._keep = keep_checkpoint_max
     self._show = show_program_output
+    self._mode = mode
+    self._hooks = list(hooks)
     self._graph = None
     self._scaffold = None
     self._meta_graph = None
@@ -199,20 +214,25 @@ class GraphTwin:
     return self._graph, self._scaffold
 
   def _build(self, graph):
-    """TPUEstimator.train()'s graph, up to the session: returns its finalized Scaffold."""
+    """TPUEstimator's graph of the mode, up to the session: returns its finalized Scaffold."""
     tf.compat.v1.random.set_random_seed(self._seed)
     tpu_estimator_lib._create_global_step(graph)  # pylint: disable=protected-access
-    training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
+    if self._mode == ModeKeys.TRAIN:
+      training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
     with _program_output(shown=False):  # the engine called this input_fn itself
       with tf.compat.v1.device("/device:CPU:0"):
-        result = _call_input_fn(self._input_fn, self._input_params(), self._config)
+        result = _call_input_fn(self._input_fn, self._input_params(), self._config, self._mode)
       features, labels, _ = estimator_util.parse_input_fn_result(result)
     with _program_output(shown=self._show):
-      spec = calls.call_model_fn(self._model_fn, features, labels, ModeKeys.TRAIN,
+      spec = calls.call_model_fn(self._model_fn, features, labels, self._mode,
                                  self._params(), self._config)
       if isinstance(spec, model_fn_lib._TPUEstimatorSpec):  # pylint: disable=protected-access
         spec = spec.as_estimator_spec()  # calls its scaffold_fn and host_call
-    self._as_the_estimator_trains(spec)
+    if self._mode == ModeKeys.TRAIN:
+      self._as_the_estimator_trains(spec)
+    with _program_output(shown=True):
+      for hook in self._hooks:
+        hook.begin()
     scaffold = spec.scaffold
     scaffold.finalize()
     if scaffold.init_fn is not None:
@@ -248,12 +268,17 @@ class GraphTwin:
       ValueError: a variable whose initial value is a tensor has no
         counterpart in the twin.
     """
+    if self._graph is None and self._seed is None and _workers(strategy) > 1:
+      self._seed = _shared_seed(strategy)  # every worker's twin the same random values
     graph, scaffold = self._built()
     with graph.as_default(), _library_quiet():
       creator = tf.compat.v1.train.ChiefSessionCreator(
           scaffold=scaffold, config=_SESSION_CONFIG, checkpoint_filename_with_path=checkpoint_path)
       session = creator.create_session()
       try:
+        with _program_voice():
+          for hook in self._hooks:
+            hook.after_create_session(session, None)
         twins = {v.op.name: v for v in tf.compat.v1.global_variables()
                  + tf.compat.v1.local_variables()}
         values = session.run({name: twins[name] for name in store.variables if name in twins})
@@ -263,7 +288,7 @@ class GraphTwin:
     if missing:
       raise ValueError(
           f"variable {missing[0]!r}, whose initial value is a tensor, is not in the model_fn's "
-          f"TF 1 graph (TRAIN mode), where TF 1 would compute it; the graph has e.g. "
+          f"TF 1 graph ({self._mode} mode), where TF 1 would compute it; the graph has e.g. "
           f"{sorted(twins)[:5]}")
     with strategy.scope():
       for name, value in values.items():
@@ -271,7 +296,7 @@ class GraphTwin:
         if not variable.shape.is_compatible_with(value.shape):
           raise ValueError(
               f"variable {name!r} is {variable.shape} in the engine's step but {value.shape} in "
-              "the model_fn's TF 1 graph (TRAIN mode, the params the engine gives): its shape "
+              f"the model_fn's TF 1 graph ({self._mode} mode, the engine's params): its shape "
               "must not depend on how the engine calls the model_fn")
         variable.assign(value)
     store.pending.clear()
@@ -298,15 +323,33 @@ class GraphTwin:
     file_io.atomic_write_string_to_file(checkpoint_path + ".meta", self._meta_graph)
 
 
-def _call_input_fn(input_fn, params, run_config):
+def _call_input_fn(input_fn, params, run_config, mode):
   """input_fn with the arguments its signature names, as TPUEstimator calls it off TPU."""
   names = inspect.signature(input_fn).parameters
   kwargs = {"params": params}
   if "config" in names:
     kwargs["config"] = run_config
   if "mode" in names:
-    kwargs["mode"] = ModeKeys.TRAIN
+    kwargs["mode"] = mode
   return input_fn(**kwargs)
+
+
+def _workers(strategy):
+  """How many processes run the strategy's replicas (MultiWorkerMirroredStrategy's workers)."""
+  return strategy.num_replicas_in_sync // max(len(strategy.extended.worker_devices), 1)
+
+
+def _shared_seed(strategy):
+  """A random graph seed the workers agree on: the first replica's, by an all-reduce."""
+
+  def replica():
+    first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 0)
+    seed = tf.random.uniform([], maxval=2 ** 31 - 1, dtype=tf.int32)
+    return tf.where(first, seed, tf.zeros_like(seed))
+
+  pick = tf.function(lambda: strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica),
+                                             axis=None), autograph=False)
+  return int(pick())
 
 
 _program_levels = []  # the log levels _library_quiet put aside, outermost first
