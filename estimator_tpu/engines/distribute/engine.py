@@ -394,6 +394,7 @@ class DistributeEngine:
       return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners):
+    random_state = graph_twin.RandomState.now()  # what the Estimator's build of this call draws
     hooks, plan = distribute_hooks.take_over(hooks or [], self.model_dir)
     listeners = [*(saving_listeners or []), *plan.listeners]
     save_steps = min(self._save_steps, plan.every_steps or self._save_steps)
@@ -403,7 +404,8 @@ class DistributeEngine:
     function = self._train_function()
     traced = self.step_graphs.get(ModeKeys.TRAIN)
     function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))  # makes the variables
-    self._twin = self._graph_twin(input_fn, self.step_graphs.get(ModeKeys.TRAIN) is traced)
+    self._twin = self._graph_twin(input_fn, self.step_graphs.get(ModeKeys.TRAIN) is traced,
+                                  random_state=random_state)
     fresh = self._restore(twin=self._twin) is None
     step = self._global_step()
     last = max_steps if max_steps is not None else (
@@ -446,13 +448,14 @@ class DistributeEngine:
     self._twin = None
     return self
 
-  def _graph_twin(self, input_fn, show_program_output, mode=ModeKeys.TRAIN, hooks=()):
+  def _graph_twin(self, input_fn, show_program_output, mode=ModeKeys.TRAIN, hooks=(),
+                  random_state=None):
     """The model_fn of mode in a TF 1 graph, built when something asks for it (graph_twin.py)."""
     input_context = tf.distribute.InputContext(1, 0, self.num_replicas)
     return graph_twin.GraphTwin(
         self._model_fn, input_fn, lambda: self._params(mode),
         lambda: self._params(mode, input_context), self.config, self._seed, self.model_dir,
-        self._warm_start_from, self._keep, show_program_output, mode, hooks)
+        self._warm_start_from, self._keep, show_program_output, mode, hooks, random_state)
 
   def run_one_step(self, input_fn, mode):
     """Runs the function train() (TRAIN) or evaluate() (EVAL) runs, once, on one batch.

@@ -46,10 +46,13 @@ not run at every step.
 """
 
 import contextlib
+import importlib
 import inspect
 import io
 import logging
+import random
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import func_graph
 from tensorflow.python.lib.io import file_io
@@ -157,6 +160,11 @@ class GraphTwin:
       train() call, where the Estimator calls it once); the input_fn's is not
       (the engine calls it at every train()).
     mode: the ModeKeys the graph is built in (TRAIN: as train() builds it).
+    random_state: the RandomState the call began with (RandomState.now()),
+      replayed while the input_fn and model_fn build the twin, so that what
+      draws from Python's, NumPy's or Keras' random numbers (an unseeded Keras
+      initializer's seed) draws what the Estimator's one build would; None:
+      the draws as they come.
     hooks: SessionRunHooks whose begin() runs in the graph before it is
       finalized and whose after_create_session(session, coord) runs with the
       session, as MonitoredSession runs them (a hook that builds a Saver over
@@ -166,7 +174,7 @@ class GraphTwin:
 
   def __init__(self, model_fn, input_fn, params, input_params, run_config, seed, model_dir,
                warm_start_from=None, keep_checkpoint_max=5, show_program_output=False,
-               mode=ModeKeys.TRAIN, hooks=()):
+               mode=ModeKeys.TRAIN, hooks=(), random_state=None):
     self._model_fn = model_fn
     self._input_fn = input_fn
     self._params = params
@@ -179,6 +187,7 @@ class GraphTwin:
     self._show = show_program_output
     self._mode = mode
     self._hooks = list(hooks)
+    self._random_state = random_state
     self._graph = None
     self._scaffold = None
     self._meta_graph = None
@@ -219,15 +228,16 @@ class GraphTwin:
     tpu_estimator_lib._create_global_step(graph)  # pylint: disable=protected-access
     if self._mode == ModeKeys.TRAIN:
       training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
-    with _program_output(shown=False):  # the engine called this input_fn itself
-      with tf.compat.v1.device("/device:CPU:0"):
-        result = _call_input_fn(self._input_fn, self._input_params(), self._config, self._mode)
-      features, labels, _ = estimator_util.parse_input_fn_result(result)
-    with _program_output(shown=self._show):
-      spec = calls.call_model_fn(self._model_fn, features, labels, self._mode,
-                                 self._params(), self._config)
-      if isinstance(spec, model_fn_lib._TPUEstimatorSpec):  # pylint: disable=protected-access
-        spec = spec.as_estimator_spec()  # calls its scaffold_fn and host_call
+    with RandomState.replayed(self._random_state):
+      with _program_output(shown=False):  # the engine called this input_fn itself
+        with tf.compat.v1.device("/device:CPU:0"):
+          result = _call_input_fn(self._input_fn, self._input_params(), self._config, self._mode)
+        features, labels, _ = estimator_util.parse_input_fn_result(result)
+      with _program_output(shown=self._show):
+        spec = calls.call_model_fn(self._model_fn, features, labels, self._mode,
+                                   self._params(), self._config)
+        if isinstance(spec, model_fn_lib._TPUEstimatorSpec):  # pylint: disable=protected-access
+          spec = spec.as_estimator_spec()  # calls its scaffold_fn and host_call
     if self._mode == ModeKeys.TRAIN:
       self._as_the_estimator_trains(spec)
     with _program_output(shown=True):
@@ -321,6 +331,53 @@ class GraphTwin:
         meta_graph = scaffold.saver.export_meta_graph()
       self._meta_graph = meta_graph.SerializeToString(deterministic=True)
     file_io.atomic_write_string_to_file(checkpoint_path + ".meta", self._meta_graph)
+
+
+class RandomState:
+  """Python's, NumPy's and Keras' random draws as they stood at one point of the program.
+
+  Keras draws an unseeded initializer's seed from them (its seed generator
+  after keras.utils.set_random_seed, else Python's or NumPy's), so building
+  a model twice gives it other initial values: the twin replays the state its
+  train() call began with, as the Estimator's one build of that call sees it.
+  """
+
+  def __init__(self, python, numpy, keras):
+    self._python, self._numpy, self._keras = python, numpy, keras
+
+  @classmethod
+  def now(cls):
+    generator = _keras_seed_generator()
+    return cls(random.getstate(), np.random.get_state(),
+               generator.getstate() if generator is not None else None)
+
+  @classmethod
+  @contextlib.contextmanager
+  def replayed(cls, state):
+    """Within: the draws from `state` (None: as they come); after: as they were before."""
+    if state is None:
+      yield
+      return
+    after = cls.now()
+    state._set()  # pylint: disable=protected-access
+    try:
+      yield
+    finally:
+      after._set()  # pylint: disable=protected-access
+
+  def _set(self):
+    random.setstate(self._python)
+    np.random.set_state(self._numpy)
+    generator = _keras_seed_generator()
+    if generator is not None and self._keras is not None:
+      generator.setstate(self._keras)
+
+
+def _keras_seed_generator():
+  """The random.Random keras.utils.set_random_seed made for this thread, if any."""
+  utils = importlib.import_module(stacks.keras.utils.set_random_seed.__module__)
+  holder = getattr(getattr(utils, "backend", None), "_SEED_GENERATOR", None)
+  return getattr(holder, "generator", None)
 
 
 def _call_input_fn(input_fn, params, run_config, mode):
