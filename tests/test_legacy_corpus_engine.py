@@ -119,5 +119,7 @@ def test_albert_like_through_tensorflow_compat_v1_estimator(tmp_path):
   assert results["global_step"] == 8
   assert _steps(output_dir) == [0, 4, 8]
   assert results["loss"] > results["masked_lm_loss"] > 0
-  # The engine's checkpoints: no meta graph, no graph.pbtxt (no TF 1 graph was built).
-  assert not [name for name in os.listdir(output_dir) if name.endswith(".meta")]
+  # The estimator's checkpoint files: each with its meta graph, and graph.pbtxt.
+  assert sorted(name for name in os.listdir(output_dir) if name.endswith(".meta")) == [
+      "model.ckpt-0.meta", "model.ckpt-4.meta", "model.ckpt-8.meta"]
+  assert os.path.exists(os.path.join(output_dir, "graph.pbtxt"))

@@ -19,7 +19,10 @@ params)` returning a TPUEstimatorSpec there, and on CPUs and GPUs:
 - evaluation runs the model_fn per replica and its eval_metrics' metric_fn
   once on the host over the concatenated tensors, as TPUEstimator does;
 - checkpoints are the Saver's name-based `model.ckpt-N`; the SavedModel is
-  exported by the estimator from the same checkpoint (export/saved_model.py).
+  exported by the estimator from the same checkpoint (export/saved_model.py);
+- what needs a TF 1 graph and session (a Scaffold's init_fn and init ops,
+  tensor initial values, the `.meta` beside each checkpoint) is done in the
+  model_fn's graph twin (graph_twin.py), once per train() call, off the steps.
 
 The engine presents TF 2.15's whole TPUEstimator API (surface.py: the same
 methods, arguments, NumPy results, files and INFO lines, voice.py), so loop.py
@@ -46,6 +49,7 @@ from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import checkpoint_timing
 from estimator_tpu.engines.distribute import context as input_context_lib
 from estimator_tpu.engines.distribute import event_files
+from estimator_tpu.engines.distribute import graph_twin
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
 from estimator_tpu.engines.distribute import inputs
 from estimator_tpu.engines.distribute import metric_ops
@@ -68,15 +72,15 @@ _BATCH_NAMES = {ModeKeys.TRAIN: "train_batch_size", ModeKeys.EVAL: "eval_batch_s
                 ModeKeys.PREDICT: "predict_batch_size"}
 
 
-def _call_model_fn(model_fn, features, labels, mode, params, config):
+def _call_model_fn(model_fn, features, labels, mode, params, config, store):
   """The model_fn's spec; what a session-free engine cannot run is refused by name."""
   spec = calls.call_model_fn(model_fn, features, labels, mode, params, config)
   scaffold = getattr(spec, "scaffold", None)
   if getattr(spec, "scaffold_fn", None) is not None:
-    # Called here, in the trace: its init_from_checkpoint and Saver are recorded
-    # (tf1_variables.VariableStore) and done by the engine.
-    scaffold = spec.scaffold_fn()
-  _check_scaffold(scaffold)
+    # Called here, in a graph of the trace's own: its init_from_checkpoint and Saver are
+    # recorded (tf1_variables.VariableStore); its session work is graph_twin's.
+    scaffold = graph_twin.traced_scaffold(spec.scaffold_fn)
+  graph_twin.check_scaffold(scaffold, mode, store)
   return spec
 
 
@@ -85,20 +89,6 @@ def _features_and_labels(element):
   if isinstance(element, tuple) and len(element) == 2:
     return element
   return element, None
-
-
-def _check_scaffold(scaffold):
-  """A Scaffold whose work needs a session is refused, naming what it holds."""
-  if scaffold is None:
-    return
-  needs_session = [name for name in ("init_op", "init_fn", "init_feed_dict", "local_init_op",
-                                     "ready_op", "ready_for_local_init_op")
-                   if getattr(scaffold, "_" + name, None) is not None]
-  if needs_session:
-    raise distribute_hooks.UnsupportedHookError(
-        f"the model_fn's Scaffold sets {', '.join(needs_session)}, which need a TF 1 "
-        "session; --engine=distribute runs none (its init_from_checkpoint and its saver are "
-        "supported): use --engine=estimator / ESTIMATOR_TPU_ENGINE=estimator")
 
 
 def _host_call_ops(host_call):
@@ -157,7 +147,7 @@ class DistributeEngine(surface.EstimatorSurface):
     self._seed = seed
     self._warm_start_from = warm_start_from
     # Built now: its construction logs what TPUEstimator's does ("Using config: ...").
-    self._twin = export_estimator_fn() if export_estimator_fn else None
+    self._tf_estimator = export_estimator_fn() if export_estimator_fn else None
     self._kept_writers = []  # writers a traced host_call made (see _keeping_writers)
     self._metric_fn = None  # the eval_metrics' metric_fn, from the EVAL trace
     self._run_config = run_config
@@ -171,6 +161,7 @@ class DistributeEngine(surface.EstimatorSurface):
     self.step_graphs = {}
     self._saver = None
     self._predictions = ([], True)  # the predictions' names, and whether a dict (traced)
+    self._twin = None  # this train() call's graph_twin.GraphTwin
     self.host_loop_iterations = iterations_per_loop
 
   @property
@@ -263,7 +254,7 @@ class DistributeEngine(surface.EstimatorSurface):
       warnings.filterwarnings("ignore", message="Cannot activate TF2 compatibility support")
       tf.compat.v1.train.get_or_create_global_step()
       spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
-                            self.config)
+                            self.config, self._store)
       if step_trace.replica_id() == 0:
         self._traces[mode] = step_trace.StepTrace(tf.compat.v1.get_default_graph(), spec,
                                                   (features, labels))
@@ -306,15 +297,25 @@ class DistributeEngine(surface.EstimatorSurface):
         self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
     return self._saver
 
-  def _restore(self, checkpoint_path=None):
-    """Restores the given or newest checkpoint; returns its path (None: fresh start)."""
+  def _restore(self, checkpoint_path=None, twin=None):
+    """Restores the given or newest checkpoint; returns its path (None: fresh start).
+
+    With `twin` (training), TF 1's session start is the twin's where it does more
+    than restoring: a Scaffold's session work, tensor initial values (graph_twin.py).
+    """
     path = checkpoint_path or tf.train.latest_checkpoint(self.model_dir)
     if path:
       voice.restoring(path)
       self._assign_from(path, self._store.global_variables())
       for var_list in self._store.savers:  # a scaffold's saver, e.g. moving averages
         self._assign_from(path, var_list)
+      self._store.pending -= set(self._store.global_variables())
+      if twin is not None and twin.wanted_at_resume(self._store):
+        twin.start(self._store, self.strategy, path)
       return path
+    if twin is not None and twin.wanted_at_start(self._store):
+      twin.start(self._store, self.strategy)
+      return None
     if self._warm_start_from:
       self._warm_start()
     for name, (variable, ckpt_file, tensor_name) in self._store.checkpoint_initializers.items():
@@ -364,7 +365,10 @@ class DistributeEngine(surface.EstimatorSurface):
     self._sync_on_read_to_copies()
     save_path = os.path.join(self.model_dir, CHECKPOINT_NAME)
     voice.saving(step, save_path)
-    self._checkpoint_saver().save(None, save_path, global_step=step, write_meta_graph=False)
+    path = self._checkpoint_saver().save(None, save_path, global_step=step,
+                                         write_meta_graph=False)
+    if self._twin is not None:  # the .meta beside it, as the Estimator's Saver writes one
+      self._twin.after_save(path)
     event_files.checkpoint_saved(self.model_dir, save_path, step)
     voice.after_save(step)
     stop = False
@@ -470,8 +474,11 @@ class DistributeEngine(surface.EstimatorSurface):
       if surface.max_steps_reached(self.model_dir, max_steps):
         voice.skipping_training()
         return self
-      with self.strategy.scope():
-        loss = self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+      try:
+        with self.strategy.scope():
+          loss = self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+      finally:
+        self._twin = None  # a graph twin serves one train() call
       voice.loss_for_final_step(loss)
     return self
 
@@ -484,11 +491,15 @@ class DistributeEngine(surface.EstimatorSurface):
     its steps (the program's, the Estimator's NanTensorHook, the model_fn's),
     then TPUEstimator's step rate and loss lines (monitors.py).
     """
+    random_state = graph_twin.RandomState.now()  # what the Estimator's build of this call draws
     iterator = iter(self._dataset(input_fn, ModeKeys.TRAIN))
     args = (iterator, tf.TensorSpec([], tf.int32))
+    traced = self.step_graphs.get(ModeKeys.TRAIN)
     with voice.calling_model_fn(ModeKeys.TRAIN, self._use_tpu):
       _, trace = self._step_function(ModeKeys.TRAIN, self._train_function, args,
                                      fresh=True)  # makes the variables
+    self._twin = self._graph_twin(input_fn, self.step_graphs.get(ModeKeys.TRAIN) is traced,
+                                  random_state=random_state)
     runner, plan = self._hook_runner(ModeKeys.TRAIN, hooks or [], trace, iterator,
                                      [trace.spec.train_op, trace.spec.loss])
     saving = checkpoint_timing.CheckpointTiming(
@@ -500,7 +511,7 @@ class DistributeEngine(surface.EstimatorSurface):
     saving.begin()
     runner.begin()
     with voice.session_creation():
-      self._restore()
+      self._restore(twin=self._twin)
       self._locals.reset(self._store, self.strategy)
     step = self._global_step()
     last = max_steps if max_steps is not None else (
@@ -509,8 +520,9 @@ class DistributeEngine(surface.EstimatorSurface):
       return None
     saving.start(step)  # CheckpointSaverHook saves the step a run starts from
     runner.after_create_session(step)
-    watch = monitors.TrainingMonitors(self.model_dir, self._twin, self._batches[ModeKeys.TRAIN],
-                                      self._use_tpu)
+    self._twin.after_create_session()
+    watch = monitors.TrainingMonitors(self.model_dir, self._tf_estimator,
+                                      self._batches[ModeKeys.TRAIN], self._use_tpu)
     state, stop = {"loss": None}, False
     while step < last and not stop:
       profiled = plan.profiling.due(step) if plan.profiling else []
@@ -551,6 +563,15 @@ class DistributeEngine(surface.EstimatorSurface):
           f"the global step went from {step} to {new_step} in {count} training steps: the "
           "model_fn's train_op must add 1 to the global step per step (minimize(loss, "
           "global_step=tf.compat.v1.train.get_or_create_global_step()))")
+
+  def _graph_twin(self, input_fn, show_program_output, mode=ModeKeys.TRAIN, hooks=(),
+                  random_state=None):
+    """The model_fn of mode in a TF 1 graph, built when something asks for it (graph_twin.py)."""
+    input_context = tf.distribute.InputContext(1, 0, self.num_replicas)
+    return graph_twin.GraphTwin(
+        self._model_fn, input_fn, lambda: self._params(mode),
+        lambda: self._params(mode, input_context), self.config, self._seed, self.model_dir,
+        self._warm_start_from, self._keep, show_program_output, mode, hooks, random_state)
 
   def run_one_step(self, input_fn, mode):
     """Runs the function train() (TRAIN) or evaluate() (EVAL) runs, once, on one batch.

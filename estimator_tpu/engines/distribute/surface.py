@@ -27,7 +27,7 @@ class EstimatorSurface:
   """The estimator's methods and properties that DistributeEngine does not run itself.
 
   The class that mixes it in sets `model_dir`, `_user_params`, `_run_config`
-  and `_twin`: the TPUEstimator (use_tpu=False) built with the same model_fn,
+  and `_tf_estimator`: the TPUEstimator (use_tpu=False) built with the same model_fn,
   model_dir, config and params, or None.
   """
 
@@ -39,8 +39,8 @@ class EstimatorSurface:
   @property
   def config(self):
     """The estimator's RunConfig (its copy: log_step_count_steps taken over, model_dir set)."""
-    if self._twin is not None:
-      return self._twin.config
+    if self._tf_estimator is not None:
+      return self._tf_estimator.config
     return copy.deepcopy(self._run_config)
 
   @property
@@ -84,12 +84,12 @@ class EstimatorSurface:
             checkpoint_path=checkpoint_path)
 
   def _estimator(self, method):
-    if self._twin is None:
+    if self._tf_estimator is None:
       raise ValueError(
           f"{method} needs the TPUEstimator the engine exports with, and this engine was built "
           "without one: build it as TPUEstimator(...) under ESTIMATOR_TPU_ENGINE=distribute or "
           "with engines.choose.build_estimator")
-    return self._twin
+    return self._tf_estimator
 
 
 def _check_checkpoint_available(model_dir):

@@ -27,10 +27,18 @@ the model_fn inside `VariableStore.scope()`:
   averages' `variables_to_restore()`, weight-decay filters), is the
   variable's name although the variable was made outside the trace, and
   `variable.graph` is the graph being built (hooks check it);
-- a `tf.compat.v1.train.Saver` built in a trace (a scaffold's saver, e.g.
-  restoring moving averages for evaluation) builds no ops: its
-  {checkpoint name: variable} map is recorded (`savers`) for the engine's
-  restore;
+- a `tf.compat.v1.train.Saver` built in a trace builds no ops; the one that
+  is the model_fn's Scaffold's saver (e.g. restoring moving averages for
+  evaluation) has its {checkpoint name: variable} map kept (`savers`) for the
+  engine's restore, others (an init_fn's) are not restores of the model;
+- a variable whose initial value is a tensor computed in the trace (a random
+  tensor, one computed from other variables) is made with zeros of its shape
+  and listed in `pending`: TF 1's value is computed in the model_fn's TF 1
+  graph (graph_twin.py) when a run starts from nothing, or the checkpoint's
+  is restored; in the trace, the `initial_value` of a variable made outside
+  it is a read of the variable (TF 1's tensor is the twin's), so an op that
+  uses it while training reads the variable's value; its `initializer` is a
+  no-op (`tf.compat.v1.global_variables_initializer()` in model code builds);
 - under a MirroredStrategy the replicas after the first are traced in their
   own name scopes, where Keras numbers its layers anew (`conv_bn_1`): they get
   the first replica's variables in the order of the names with those numbers
@@ -89,6 +97,8 @@ class _VariableOp:
 _BaseVariable = resource_variable_ops.BaseResourceVariable
 _graph_op = _BaseVariable.op
 _handle_graph = _BaseVariable.graph
+_initial_value = _BaseVariable.initial_value
+_initializer = _BaseVariable.initializer
 # TensorFlow's own functions, put back when the last trace in any thread leaves.
 _SET_INITIALIZER = checkpoint_utils._set_checkpoint_initializer  # pylint: disable=protected-access
 _SAVER_BUILD = saver_lib.Saver._build  # pylint: disable=protected-access
@@ -114,8 +124,25 @@ def _graph_or_default(variable):
   return tf.compat.v1.get_default_graph()
 
 
+def _initial_value_or_read(variable):
+  """A variable's initial value; for one made outside the trace, a read of it stands in."""
+  value = _initial_value.fget(variable)
+  if value is None and not tf.executing_eagerly():
+    # Not constant: a variable initialized from it waits for TF 1's value (pending).
+    return tf.identity(variable.read_value())
+  return value
+
+
+def _initializer_or_no_op(variable):
+  """A variable's initializer; for one made outside the trace (and initialized), a no-op."""
+  op = _initializer.fget(variable)
+  if op is None and not tf.executing_eagerly():
+    return tf.no_op(name="initialized_outside")
+  return op
+
+
 class InitialValueError(ValueError):
-  """A variable's initial value is a tensor of the traced graph: it cannot be made once outside."""
+  """A variable's initial value is a tensor of the traced graph whose shape is not known."""
 
 
 def _canonical(name):
@@ -139,18 +166,21 @@ def _add_once(graph, name, value):
     graph.add_to_collection(name, value)
 
 
-def _lifted_initial_value(name, value):
-  """An initial value that can be evaluated outside the traced graph."""
-  if callable(value) or not isinstance(value, tf.Tensor) or not tf.is_symbolic_tensor(value):
-    return value
-  static = tf.get_static_value(value)
-  if static is None:
+def _traced_tensor(value):
+  return isinstance(value, tf.Tensor) and tf.is_symbolic_tensor(value)
+
+
+def _placeholder_initial_value(name, value, kwargs):
+  """Zeros in the shape and dtype of a traced initial value (TF 1's value comes later)."""
+  shape = tf.TensorShape(kwargs.get("shape") or value.shape)
+  if not shape.is_fully_defined():
     raise InitialValueError(
-        f"variable {name!r} is initialized from a tensor computed in the model_fn; under "
-        "--engine=distribute variables are made once, outside the traced step: give it an "
-        "initializer (tf.compat.v1.get_variable(..., initializer=...), a Keras layer) or a "
-        "constant value")
-  return static
+        f"variable {name!r} is initialized from a tensor of shape {shape} computed in the "
+        "model_fn; under --engine=distribute variables are made once, outside the traced step, "
+        "and need a known shape: give the tensor a static shape, or the variable an "
+        "initializer (tf.compat.v1.get_variable(..., shape=..., initializer=...))")
+  dtype = tf.as_dtype(kwargs.get("dtype") or value.dtype).base_dtype
+  return lambda: tf.zeros(shape, dtype)
 
 
 class _Trace:
@@ -174,7 +204,10 @@ class VariableStore:
     self.variables = {}
     self.local_names = set()
     self.checkpoint_initializers = {}  # variable name -> (variable, checkpoint file, tensor name)
-    self.savers = []  # {checkpoint name: variable} of each Saver built in a trace
+    self.savers = []  # {checkpoint name: variable} of each Scaffold's Saver
+    self.pending = set()  # names of variables whose TF 1 initial value is still to come
+    self.session_work = {}  # mode -> the Scaffold fields that need a session (graph_twin)
+    self._built_savers = {}  # (thread, id) -> (Saver, {checkpoint name: variable}), per call
     self._making = threading.local()
     self._bases = []
     self._trace = None
@@ -199,6 +232,9 @@ class VariableStore:
       self._bases.pop()
       for (g, name), items in saved.items():
         g.get_collection_ref(name)[:] = items
+      thread = threading.get_ident()
+      for key in [k for k in self._built_savers if k[0] == thread]:
+        del self._built_savers[key]
 
   @contextlib.contextmanager
   def _recording(self):
@@ -223,10 +259,7 @@ class VariableStore:
       var_list = saver._var_list  # pylint: disable=protected-access
       if not isinstance(var_list, dict):
         var_list = {store._name_of(v): v for v in (var_list or store.global_variables().values())}
-      # One per Saver, however often it is traced (by names and variables' identity).
-      seen = {tuple(sorted((n, id(v)) for n, v in known.items())) for known in store.savers}
-      if tuple(sorted((n, id(v)) for n, v in var_list.items())) not in seen:
-        store.savers.append(dict(var_list))
+      store._built_savers[(threading.get_ident(), id(saver))] = (saver, dict(var_list))
 
     with _patch_lock:
       _patch_depth[0] += 1
@@ -235,6 +268,8 @@ class VariableStore:
         saver_lib.Saver._build = record_saver  # pylint: disable=protected-access
         _BaseVariable.op = property(_op_or_name)
         _BaseVariable.graph = property(_graph_or_default)
+        _BaseVariable.initial_value = property(_initial_value_or_read)
+        _BaseVariable.initializer = property(_initializer_or_no_op)
         _patch_depth.append(tf.Tensor._USE_EQUALITY)  # pylint: disable=protected-access
         # TF 1 hashed tensors and variables by identity (`set(tf.trainable_variables())`).
         tf.compat.v1.disable_tensor_equality()
@@ -248,8 +283,21 @@ class VariableStore:
           saver_lib.Saver._build = _SAVER_BUILD  # pylint: disable=protected-access
           _BaseVariable.op = _graph_op
           _BaseVariable.graph = _handle_graph
+          _BaseVariable.initial_value = _initial_value
+          _BaseVariable.initializer = _initializer
           if _patch_depth.pop():
             tf.compat.v1.enable_tensor_equality()
+
+  def keep_saver(self, saver):
+    """The model_fn's Scaffold's Saver (built in this call) restores the model: its map is kept."""
+    built = self._built_savers.get((threading.get_ident(), id(saver)))
+    if saver is None or built is None or built[0] is not saver:
+      return
+    var_list = built[1]
+    # One per Saver, however often it is traced (by names and variables' identity).
+    seen = {tuple(sorted((n, id(v)) for n, v in known.items())) for known in self.savers}
+    if tuple(sorted((n, id(v)) for n, v in var_list.items())) not in seen:
+      self.savers.append(var_list)
 
   def _name_of(self, variable):
     for name, known in self.variables.items():
@@ -320,7 +368,14 @@ class VariableStore:
   def _make(self, key, kwargs):
     local = GraphKeys.LOCAL_VARIABLES in (kwargs.get("collections") or ())
     kwargs = {k: v for k, v in kwargs.items() if k in _VARIABLE_ARGS}
-    kwargs["initial_value"] = _lifted_initial_value(key, kwargs.get("initial_value"))
+    initial_value = kwargs.get("initial_value")
+    if _traced_tensor(initial_value):
+      static = tf.get_static_value(initial_value)
+      if static is None:
+        kwargs["initial_value"] = _placeholder_initial_value(key, initial_value, kwargs)
+        self.pending.add(key)
+      else:
+        kwargs["initial_value"] = static
     # A trailing "/" makes the name absolute: no name scope of the trace is added.
     kwargs["name"] = key + "/"
     self._making.active = True
