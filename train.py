@@ -22,6 +22,7 @@ from estimator_tpu import cli
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu.engines import choose as tpu_estimator
+from estimator_tpu.engines import strategies
 from estimator_tpu.export import saved_model
 from estimator_tpu.run import assemble
 from estimator_tpu.run import checkpoints
@@ -53,6 +54,9 @@ def run(flag_values, exit_at_once=False):
     config, saved = flags_lib.config_for_model_dir(flag_values)
     if checking:
       return preflight.preflight(config)
+    if strategies.engine_cluster(config.runtime):  # before TensorFlow's first op
+      strategies.check_multi_worker_mode(config.runtime)
+      strategies.multi_worker_strategy()
     mode = config.runtime.mode
     config, info = assemble.prepare(config, saved, need_train=mode != "eval",
                                     need_eval=mode != "train")
@@ -76,15 +80,19 @@ def _run_guarded(config, info, estimator, exit_at_once):
   measure = checkpoints.MeasureHook()
   directory, flag = model_dir, "--model_dir"
   on_stop = _exit_when_saved(model_dir, config.runtime.mode) if exit_at_once else None
+  # A worker of a cluster stops only with the others (engines/distribute/workers.py).
+  hold = strategies.engine_cluster(config.runtime)
   try:
-    with preemption.Watch(on_stop=on_stop) as watch:
+    with preemption.Watch(on_stop=on_stop, hold=hold) as watch:
       inputs = loop.make_inputs(config, info)
       if config.runtime.mode == "eval":
         loop.continuous_evaluate(estimator, config, inputs, watch=watch)
       else:
         loop.train_and_evaluate(estimator, config, inputs, watch=watch, hooks=[measure],
                                 evaluate_each=config.runtime.mode == "train_and_eval")
-      if export_dir:
+      if export_dir and not strategies.writes_checkpoints(config.runtime):
+        loop.say(f"the chief exports the SavedModel to {export_dir}")
+      elif export_dir:
         loop.stop_if_preempted(watch, model_dir)
         directory, flag = export_dir, "--export_dir"
         with watch.interrupting(preemption.EXPORTING):  # staged: nothing half-written stays

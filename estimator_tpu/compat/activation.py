@@ -65,6 +65,9 @@ def activate():
     raise ValueError(f"{SHAPES_ENV}={shapes!r} is not a shape mode: use v1 (TF 1 "
                      f"TensorShape, the default) or v2")
   from estimator_tpu.compat import engine
+  from estimator_tpu.engines import choose
+  # ESTIMATOR_TPU_STRATEGY checked, and a multi-worker cluster set up before TF starts.
+  choose.prepare_program_strategy()
   # The distribute engine runs tf.functions: eager execution stays on for it.
   on_engine = engine.chosen_engine(True) == "distribute"
   execution = os.environ.get(EXECUTION_ENV, "eager" if on_engine else "graph")

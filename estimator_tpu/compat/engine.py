@@ -90,7 +90,7 @@ class TPUEstimator(_TPUEstimator):
         export_estimator_fn=exporter, run_config=run_config,
         keep_checkpoint_max=run_config.keep_checkpoint_max,
         save_checkpoints_secs=run_config.save_checkpoints_secs)
-    loop.say(f"engine: distribute ({engine.describe()}), from {ENGINE_ENV}")
+    loop.say(f"engine: distribute ({engine.describe()}), from {choose.program_engine_source()}")
     return engine
 
   def __init__(self, *args, **kwargs):

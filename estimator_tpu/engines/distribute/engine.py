@@ -38,10 +38,12 @@ from tensorflow.python.ops import summary_ops_v2
 
 from estimator_tpu import stacks
 from estimator_tpu.engines import calls
+from estimator_tpu.engines import strategies
 from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
 from estimator_tpu.engines.distribute import optimizer_rules
 from estimator_tpu.engines.distribute import variables as tf1_variables
+from estimator_tpu.engines.distribute import workers as workers_lib
 
 ModeKeys = stacks.ModeKeys
 KEEP_CHECKPOINTS = tpu_estimator.KEEP_CHECKPOINTS
@@ -140,9 +142,13 @@ class DistributeEngine:
     self._model_fn = model_fn
     self.params = dict(params)
     self.strategy = strategy
+    self._workers = workers_lib.Workers(strategy)  # the chief writes; stops are agreed
     self.model_dir = model_dir
     self._batches = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
                      ModeKeys.PREDICT: predict_batch_size or eval_batch_size}
+    strategies.check_global_batches({"train_batch_size": train_batch_size,
+                                     "eval_batch_size": eval_batch_size,
+                                     "predict_batch_size": predict_batch_size}, strategy)
     self._use_tpu = use_tpu
     self._iterations = iterations_per_loop
     self._save_steps = save_checkpoints_steps
@@ -170,7 +176,7 @@ class DistributeEngine:
 
   def describe(self):
     """'TPUStrategy, 8 replicas, jit_compile': what runs the model_fn."""
-    parts = [type(self.strategy).__name__,
+    parts = [strategies.strategy_name(self.strategy),
              f"{self.num_replicas} replica{'s' if self.num_replicas != 1 else ''}"]
     if self._jit:
       parts.append("jit_compile")
@@ -323,10 +329,13 @@ class DistributeEngine:
     step = self._global_step()
     for listener in listeners:
       listener.before_save(None, step)
-    tf.io.gfile.makedirs(self.model_dir)
+    self._workers.barrier()  # all workers have restored, or all have trained to step
     self._sync_on_read_to_copies()
-    self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
-                                  global_step=step, write_meta_graph=False)
+    if self._workers.is_chief:
+      tf.io.gfile.makedirs(self.model_dir)
+      self._checkpoint_saver().save(None, os.path.join(self.model_dir, CHECKPOINT_NAME),
+                                    global_step=step, write_meta_graph=False)
+    self._workers.barrier()  # the chief's checkpoint is there for every worker
     stop = False
     for listener in listeners:
       stop = bool(listener.after_save(None, step)) or stop
@@ -380,7 +389,7 @@ class DistributeEngine:
     joined = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
     # Summary tags take the name scope: the host_call's start at the top, as on the host.
     with tf.compat.v1.get_default_graph().name_scope(None), self._store.scope(), \
-        self._keeping_writers():
+        self._keeping_writers(), self._workers.summaries_aside():
       return _host_call_ops((fn, joined))
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
@@ -407,12 +416,13 @@ class DistributeEngine:
       return self
     for listener in listeners:
       listener.begin()
+    # A signal some worker got before this call: every worker stops in begin().
+    stop = self._workers.agree_to_stop(False, hooks)
     runner.begin()
     runner.after_create_session()
     if fresh:  # as the Estimator's saver does when a run starts from nothing
       self._save(listeners)
     saved_at, saved_time = step, time.time()
-    stop = False
     while step < last and not stop:
       until_save = save_steps - step % save_steps
       count = int(min(self._iterations, last - step, until_save))
@@ -432,6 +442,7 @@ class DistributeEngine:
         stop = self._save(listeners)
         saved_at, saved_time = step, time.time()
       stop = runner.after_run(step) or stop
+      stop = self._workers.agree_to_stop(stop, hooks)
     if saved_at != step:
       self._save(listeners)
     for listener in listeners:
@@ -471,6 +482,8 @@ class DistributeEngine:
 
   def _write_train_summaries(self, step, loss, steps_per_sec):
     """`loss` and `global_step/sec` in model_dir, as the Estimator's hooks write them."""
+    if not self._workers.is_chief:
+      return
     writer = self._summary_writer(self.model_dir)
     with writer.as_default():
       for tag, value in (("loss", loss), ("global_step/sec", steps_per_sec)):
@@ -535,6 +548,7 @@ class DistributeEngine:
         metrics = _HostMetrics(self._metric_fn, tensors)
       metrics.update(tensors)
       losses.append(float(loss))
+      self._workers.agree_to_stop(False, hooks or [])  # a signal stops every worker's pass
       runner.after_run(step)
     runner.end()
     results = metrics.values() if metrics else {}
@@ -544,6 +558,8 @@ class DistributeEngine:
     return results
 
   def _write_eval_summaries(self, results, step, name):
+    if not self._workers.is_chief:
+      return
     directory = os.path.join(self.model_dir, EVAL_DIR if not name else f"{EVAL_DIR}_{name}")
     writer = self._summary_writer(directory)
     with writer.as_default():
@@ -597,6 +613,8 @@ class DistributeEngine:
     """The SavedModel, exported by the estimator from this engine's checkpoint (same names)."""
     if self._export_estimator_fn is None:
       raise ValueError("this engine was built without an exporter")
+    if not self._workers.is_chief:  # the chief's export is the run's
+      export_dir_base = self._workers.scratch_dir("export")
     return self._export_estimator_fn().export_saved_model(
         export_dir_base, serving_input_receiver_fn, **kwargs)
 

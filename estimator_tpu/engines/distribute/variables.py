@@ -273,9 +273,12 @@ class VariableStore:
     return key.rstrip("/")
 
   def _replica_id(self):
+    """The replica being traced, counted on this worker: 0 for its first (multi-worker too)."""
     if tf.distribute.in_cross_replica_context():
       return None
-    return tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+    replica = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+    local = len(tf.distribute.get_strategy().extended.worker_devices)
+    return None if replica is None else replica % local
 
   def _creator(self, next_creator, **kwargs):
     if getattr(self._making, "active", False):
