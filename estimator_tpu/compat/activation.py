@@ -27,6 +27,9 @@
   with the arguments they take (estimator_tpu.compat.layer_hooks).
 - `tf.compat.v1.estimator` and `tf.compat.v2.estimator` are there, as on TF 2.15
   (estimator_tpu.tf_standins).
+- `ESTIMATOR_TPU_STRATEGY` (one_device, mirrored, multi_worker, tpu) is checked,
+  and with `multi_worker` the MultiWorkerMirroredStrategy of TF_CONFIG's cluster
+  is made now, before TensorFlow runs its first op (engines/choose.py).
 - One INFO line says the layer is active.
 
 Set ESTIMATOR_TPU_COMPAT_SHAPES=v2 to keep TF 2 shapes (legacy code that

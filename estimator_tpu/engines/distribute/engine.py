@@ -42,6 +42,7 @@ from estimator_tpu.engines import strategies
 from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
 from estimator_tpu.engines.distribute import optimizer_rules
+from estimator_tpu.engines.distribute import replica_loss
 from estimator_tpu.engines.distribute import variables as tf1_variables
 from estimator_tpu.engines.distribute import workers as workers_lib
 
@@ -195,9 +196,12 @@ class DistributeEngine:
     """The input_fn's dataset distributed over the replicas, one input_fn call per host."""
 
     def dataset_fn(input_context):
+      params, reads = workers_lib.watching_context(self._params(mode, input_context))
       with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-        dataset = input_fn(self._params(mode, input_context))
+        dataset = input_fn(params)
+      # Several input pipelines (workers, hosts): each its own share of the batches.
+      dataset = workers_lib.shard_unless_read(dataset, bool(reads), input_context)
       if not isinstance(dataset, tf.data.Dataset):
         raise ValueError(
             f"the input_fn returned a {type(dataset).__name__}; --engine=distribute needs a "
@@ -510,11 +514,13 @@ class DistributeEngine:
               "the model_fn returned eval_metric_ops; a TPUEstimatorSpec gives "
               "eval_metrics=(metric_fn, tensors), which --engine=distribute runs on the host")
         results["metric_fn"] = metrics[0] if metrics else None
-        return tf.cast(spec.loss, tf.float32), (metrics[1] if metrics else [])
+        loss, examples = replica_loss.weighted(spec.loss, features, labels)
+        return loss, examples, (metrics[1] if metrics else [])
 
       with self._store.replicas(), self._store.outside():
-        loss, tensors = self.strategy.run(self._replica_fn(replica), args=(features, labels))
-      loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+        loss, examples, tensors = self.strategy.run(self._replica_fn(replica),
+                                                    args=(features, labels))
+      loss = replica_loss.combined(self.strategy, loss, examples)
       tensors = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
       self._metric_fn = results["metric_fn"]
       return loss, tensors
@@ -527,7 +533,8 @@ class DistributeEngine:
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.EVAL))
       function = self._eval_function()
-      function.get_concrete_function(iterator)
+      # The traced shapes: a batch dimension the input leaves open stays open for the metric_fn.
+      traced = function.get_concrete_function(iterator).structured_outputs[-1]
       path = self._restore(checkpoint_path)
     if path is None:
       raise ValueError(f"no checkpoint in {self.model_dir} to evaluate: train first")
@@ -545,7 +552,7 @@ class DistributeEngine:
         break
       # The metric_fn runs on the host, outside the strategy, as TPUEstimator's does.
       if metrics is None:
-        metrics = _HostMetrics(self._metric_fn, tensors)
+        metrics = _HostMetrics(self._metric_fn, tensors, traced)
       metrics.update(tensors)
       losses.append(float(loss))
       self._workers.agree_to_stop(False, hooks or [])  # a signal stops every worker's pass
@@ -648,13 +655,14 @@ class _HostMetrics:
   Their variables start at zero for each evaluation.
   """
 
-  def __init__(self, metric_fn, example_tensors):
+  def __init__(self, metric_fn, example_tensors, traced_tensors=None):
     self._structure = example_tensors
     if metric_fn is None:
       self._update = None
       return
     flat = tf.nest.flatten(example_tensors)
-    specs = [tf.TensorSpec(t.shape, t.dtype) for t in flat]
+    shaped = flat if traced_tensors is None else tf.nest.flatten(traced_tensors)
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in shaped]
     captured = {}
 
     def build(*flat_tensors):

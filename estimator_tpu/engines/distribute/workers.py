@@ -13,6 +13,11 @@ that stops alone leaves the others waiting. So:
 - a checkpoint is saved by all together: each worker reaches the save, the
   chief writes, and no worker goes on before the file is there, so every
   worker resumes from the chief's latest checkpoint;
+- each worker's input is its own: an input_fn that shards by
+  params['context'] (TPUEstimator's PER_HOST_V2 contract: which host of how
+  many) does so itself; one that never reads the context gives every worker
+  the same batches, so each keeps every n-th (n workers), and a step's
+  global batch is the one-device run's;
 - a stop is agreed at the loop's edges, where all workers are at the same
   step: a hook's request_stop() or a preemption signal (SIGTERM/SIGINT)
   caught by any worker's preemption.Watch stops every worker there, and
@@ -30,6 +35,7 @@ On one worker (any other strategy) nothing here does anything.
 
 import atexit
 import contextlib
+import copy
 import shutil
 import tempfile
 
@@ -40,6 +46,39 @@ from tensorflow.python.ops import gen_summary_ops
 from estimator_tpu.run import preemption
 
 _SIGNAL_NAMES = tuple(s.name for s in preemption.SIGNALS)
+
+
+def watching_context(params):
+  """(params whose 'context' notes the input_fn's reads of it, reads: a list of names read)."""
+  context = params.get("context")
+  reads = []
+  if context is None:
+    return params, reads
+  base = type(context)
+
+  class Watched(base):
+    def __getattribute__(self, name):
+      reads.append(name)
+      return base.__getattribute__(self, name)
+
+  Watched.__name__ = Watched.__qualname__ = base.__name__
+  watched = copy.copy(context)
+  watched.__class__ = Watched
+  return dict(params, context=watched), reads
+
+
+def shard_unless_read(dataset, read, input_context):
+  """An input pipeline's batches, every n-th of them when the input_fn ignored its context.
+
+  Args:
+    dataset: what the input_fn returned.
+    read: whether the input_fn read params['context'] (watching_context).
+    input_context: the tf.distribute.InputContext of this input pipeline.
+  """
+  pipelines = input_context.num_input_pipelines if input_context else 1
+  if read or pipelines <= 1 or not isinstance(dataset, tf.data.Dataset):
+    return dataset
+  return dataset.shard(pipelines, input_context.input_pipeline_id)
 
 
 class Workers:
