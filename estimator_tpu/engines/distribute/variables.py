@@ -211,6 +211,8 @@ class VariableStore:
 
     def record_saver(saver, checkpoint_path, build_save, build_restore):
       del checkpoint_path, build_save, build_restore
+      if store._trace is not None and store._replica_id():
+        return  # a later replica's copy of the first's Saver, its names in the replica's scope
       var_list = saver._var_list  # pylint: disable=protected-access
       if not isinstance(var_list, dict):
         var_list = {store._name_of(v): v for v in (var_list or store.global_variables().values())}
