@@ -212,7 +212,7 @@ class SavedListener(tf.compat.v1.train.CheckpointSaverListener):
 def watches_of(hooks):
   """The Watches behind the preemption hooks among hooks (each once)."""
   watches = []
-  for hook in hooks:
+  for hook in hooks or ():
     watch = getattr(hook, "watch", None) if isinstance(
         hook, (StopOnSignalHook, StopEvaluationHook)) else None
     if watch is not None and all(watch is not w for w in watches):
