@@ -14,7 +14,7 @@ RESNET_DEPTHS = (18, 34, 50)
 OPTIMIZERS = ("momentum", "adam")
 LR_SCHEDULES = ("cosine", "step", "constant")
 MODES = ("train", "eval", "train_and_eval")
-STRATEGIES = ("none", "mirrored", "multi_worker")
+STRATEGIES = ("none", "one_device", "mirrored", "multi_worker")
 AUGMENT_ON = ("auto", "host", "device")
 # What runs the model_fn: TPUEstimator's TF 1 sessions, or tf.functions under a
 # tf.distribute strategy (engines/distribute/engine.py); auto picks per run.
@@ -299,9 +299,6 @@ def _validate_choices(config):
   _check(r.engine in ENGINES, f"--engine={r.engine} is not one of {', '.join(ENGINES)}")
   _check(not (r.jit_compile and r.engine == "estimator"),
          "--jit_compile is for --engine=distribute (TPUEstimator compiles for a TPU itself)")
-  _check(not (r.engine == "distribute" and r.strategy == "multi_worker"),
-         "--strategy=multi_worker runs on --engine=estimator for now (the distribute engine "
-         "does not run MultiWorkerMirroredStrategy yet)")
   _check(r.augment_on in AUGMENT_ON,
          f"--augment_on={r.augment_on} is not one of {', '.join(AUGMENT_ON)}")
   _check(not (r.use_tpu and r.strategy != "none"),

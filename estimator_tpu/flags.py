@@ -82,7 +82,9 @@ HELP = {
                              "the host_call outfeed then runs every N steps only.",
     "use_bfloat16": "The old spelling of --precision=bfloat16.",
     "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",
-    "strategy": "none, mirrored (all local GPUs) or multi_worker (TF_CONFIG).",
+    "strategy": "none (--engine=estimator: one device; --engine=distribute: every local GPU "
+                "when there are several, else one device), one_device, mirrored (all local "
+                "GPUs, else all logical CPUs) or multi_worker (TF_CONFIG).",
     "engine": "What runs the model_fn: estimator (TPUEstimator, TF 1 sessions: CPU, GPU, "
               "TPU v2-v4), distribute (tf.functions under a tf.distribute strategy: "
               "TPUStrategy with --use_tpu, any TPU including v5e/v5p/v6e on PJRT) or auto "

@@ -345,11 +345,6 @@ def _child(out_dir, digits_dir):
 
 @pytest.mark.slow
 def test_mirrored_on_two_cpus_matches_the_estimator_and_reduces_once(digits_dir, tmp_path):
-  if stacks.NAME == "tf2.15":  # refused there, with the way out
-    with pytest.raises(config_lib.ConfigError, match="needs TensorFlow 2.16 or later.*"
-                       "--engine=estimator"):
-      _build(str(tmp_path), "distribute", strategy="mirrored")
-    return
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
   env.pop("TF_CONFIG", None)
   process = subprocess.run([sys.executable, __file__, str(tmp_path), digits_dir], cwd=REPO_DIR,

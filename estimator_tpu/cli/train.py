@@ -27,6 +27,7 @@ from estimator_tpu.cli import parsing
 
 # TensorFlow loads with these, after the flags are parsed (--help answers at once).
 tpu_estimator = cli.lazy_import("estimator_tpu.engines.choose")
+strategies = cli.lazy_import("estimator_tpu.engines.strategies")
 saved_model = cli.lazy_import("estimator_tpu.export.saved_model")
 versions = cli.lazy_import("estimator_tpu.export.versions")
 assemble = cli.lazy_import("estimator_tpu.run.assemble")
@@ -59,6 +60,9 @@ def run(flag_values, exit_at_once=False):
     config, saved = flags_lib.config_for_model_dir(flag_values)
     if checking:
       return preflight.preflight(config)
+    if strategies.engine_cluster(config.runtime):  # before TensorFlow's first op
+      strategies.check_multi_worker_mode(config.runtime)
+      strategies.multi_worker_strategy()
     mode = config.runtime.mode
     config, info = assemble.prepare(config, saved, need_train=mode != "eval",
                                     need_eval=mode != "train")
@@ -82,15 +86,19 @@ def _run_guarded(config, info, estimator, exit_at_once):
   measure = checkpoints.MeasureHook()
   directory, flag = model_dir, "--model_dir"
   on_stop = _exit_when_saved(model_dir, config.runtime.mode) if exit_at_once else None
+  # A worker of a cluster stops only with the others (engines/distribute/workers.py).
+  hold = strategies.engine_cluster(config.runtime)
   try:
-    with preemption.Watch(on_stop=on_stop) as watch:
+    with preemption.Watch(on_stop=on_stop, hold=hold) as watch:
       inputs = loop.make_inputs(config, info)
       if config.runtime.mode == "eval":
         loop.continuous_evaluate(estimator, config, inputs, watch=watch)
       else:
         loop.train_and_evaluate(estimator, config, inputs, watch=watch, hooks=[measure],
                                 evaluate_each=config.runtime.mode == "train_and_eval")
-      if export_dir:
+      if export_dir and not strategies.writes_checkpoints(config.runtime):
+        loop.say(f"the chief exports the SavedModel to {export_dir}")
+      elif export_dir:
         loop.stop_if_preempted(watch, model_dir)
         directory, flag = export_dir, "--export_dir"
         _export(assemble.build(assemble.export_config(config)), export_dir, watch)

@@ -29,6 +29,9 @@
   with the arguments they take (estimator_tpu.compat.layer_hooks).
 - `tf.compat.v1.estimator` and `tf.compat.v2.estimator` are there, as on TF 2.15
   (estimator_tpu.tf_standins).
+- `ESTIMATOR_TPU_STRATEGY` (one_device, mirrored, multi_worker, tpu) is checked,
+  and with `multi_worker` the MultiWorkerMirroredStrategy of TF_CONFIG's cluster
+  is made now, before TensorFlow runs its first op (engines/choose.py).
 - One INFO line says the layer is active.
 
 Set ESTIMATOR_TPU_COMPAT_SHAPES=v2 to keep TF 2 shapes (legacy code that
@@ -66,6 +69,9 @@ def activate():
   if shapes not in ("v1", "v2"):
     raise ValueError(f"{SHAPES_ENV}={shapes!r} is not a shape mode: use v1 (TF 1 "
                      f"TensorShape, the default) or v2")
+  from estimator_tpu.engines import choose
+  # ESTIMATOR_TPU_STRATEGY checked, and a multi-worker cluster set up before TF starts.
+  choose.prepare_program_strategy()
   execution = os.environ.get(EXECUTION_ENV, "graph")
   if execution not in ("graph", "eager"):
     raise ValueError(f"{EXECUTION_ENV}={execution!r} is not an execution mode: use graph "

@@ -92,7 +92,8 @@ class EngineTPUEstimator(_TPUEstimator):
       self._engine = _build_engine(model_fn, run_config, params, use_tpu, train_batch_size,
                                    eval_batch_size, predict_batch_size, warm_start_from,
                                    exporter)
-    loop.say(f"engine: distribute ({self._engine.describe()}), from {ENGINE_ENV}")
+    loop.say(f"engine: distribute ({self._engine.describe()}), "
+             f"from {choose.program_engine_source()}")
 
   def _latest_checkpoint_of_subclass(self, member_name, args, kwargs):
     """args, kwargs of an export with checkpoint_path from a subclass's own latest_checkpoint().

@@ -122,30 +122,91 @@ def program_engine(use_tpu, environ=os.environ):
   return chosen_engine(True if use_tpu is None else use_tpu, environ)
 
 
-def program_strategy(use_tpu, run_config):
-  """The distribute engine's strategy for a program's TPUEstimator(use_tpu, config)."""
-  if use_tpu:
+STRATEGY_ENV = "ESTIMATOR_TPU_STRATEGY"  # how a program chooses the engine's strategy
+PROGRAM_STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu")
+
+
+def program_strategy_name(use_tpu, environ=os.environ):
+  """ESTIMATOR_TPU_STRATEGY's strategy, else 'tpu' for use_tpu, else None (the default).
+
+  Raises:
+    ConfigError: a value that is not one of PROGRAM_STRATEGIES.
+  """
+  value = environ.get(STRATEGY_ENV, "").strip().lower()
+  if not value:
+    return "tpu" if use_tpu else None
+  if value not in PROGRAM_STRATEGIES:
+    raise config_lib.ConfigError(
+        f"{STRATEGY_ENV}={environ[STRATEGY_ENV]!r} is not one of "
+        f"{', '.join(PROGRAM_STRATEGIES)} (unset: every local GPU, else one device)")
+  return value
+
+
+def prepare_program_strategy(environ=os.environ):
+  """At a program's start: checks ESTIMATOR_TPU_STRATEGY, and sets up a multi-worker cluster.
+
+  A MultiWorkerMirroredStrategy must be made before TensorFlow runs its
+  first op, so a program that asks for one gets it as the compat layer
+  starts, not when it builds its TPUEstimator.
+
+  Raises:
+    ConfigError: a value not in PROGRAM_STRATEGIES, or one given where
+      ESTIMATOR_TPU_ENGINE does not choose the distribute engine (TensorFlow's
+      TPUEstimator takes no strategy).
+  """
+  name = program_strategy_name(False, environ)
+  if name is None:
+    return
+  if chosen_engine(True, environ) != "distribute":
+    raise config_lib.ConfigError(
+        f"{STRATEGY_ENV}={environ[STRATEGY_ENV]} is for {ENGINE_ENV}=distribute: TensorFlow's "
+        f"TPUEstimator takes no strategy; set {ENGINE_ENV}=distribute, or unset {STRATEGY_ENV}")
+  if name == "multi_worker":
+    strategies.multi_worker_strategy(f"{STRATEGY_ENV}=multi_worker", environ)
+
+
+def program_strategy(use_tpu, run_config, environ=os.environ):
+  """The distribute engine's strategy for a program's TPUEstimator(use_tpu, config).
+
+  ESTIMATOR_TPU_STRATEGY when set; else TPUStrategy with use_tpu, else
+  MirroredStrategy over every local GPU when there are several, else one
+  device.
+  """
+  name = program_strategy_name(use_tpu, environ)
+  strategies.quiet_strategy_logs()
+  if name == "tpu":
     resolver = run_config.cluster or tf.distribute.cluster_resolver.TPUClusterResolver("local")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
-  gpus = tf.config.list_logical_devices("GPU")
-  return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+  if name == "multi_worker":
+    return strategies.multi_worker_strategy(f"{STRATEGY_ENV}=multi_worker", environ)
+  if name is None:
+    return strategies.default_strategy()
+  return strategies.make_strategy(name)
+
+
+def program_engine_source(environ=os.environ):
+  """What chose a program's engine and strategy, for its first line."""
+  value = environ.get(STRATEGY_ENV, "").strip()
+  return f"{ENGINE_ENV} and {STRATEGY_ENV}={value}" if value else ENGINE_ENV
 
 
 def make_strategy(config, resolver_fn=tpu_cluster_resolver):
   """The strategy of the distribute engine: TPUStrategy, --strategy's, or the default one."""
   r = config.runtime
+  strategies.quiet_strategy_logs()
   if r.use_tpu:
     resolver = resolver_fn(r)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
-  if r.strategy != "none":
+  if r.strategy == "multi_worker":
     strategies.check_multi_worker_mode(r)
-    return strategies.make_strategy(r.strategy)
-  gpus = tf.config.list_logical_devices("GPU")
-  return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    return strategies.multi_worker_strategy()
+  if r.strategy == "none":
+    return strategies.default_strategy()
+  return strategies.make_strategy(r.strategy)
 
 
 def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_resolver,
@@ -156,11 +217,6 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
   from the engine's checkpoint.
   """
   t, r = config.train, config.runtime
-  if r.strategy != "none" and stacks.NAME == "tf2.15":
-    raise config_lib.ConfigError(
-        f"--engine=distribute with --strategy={r.strategy} needs TensorFlow 2.16 or later "
-        f"(this is {stacks.NAME}: its TF 1 optimizers lose their slots across replicas); use "
-        "--engine=estimator here, or the current stack")
   if r.jit_compile and not r.use_tpu and not stacks.HOST_XLA:
     raise config_lib.ConfigError(
         f"--jit_compile needs XLA for the host, which this stack's TensorFlow ({stacks.NAME}: "

@@ -1,6 +1,16 @@
-"""tf.distribute strategies for the engines: devices, TF_CONFIG's cluster and chief, batches."""
+"""tf.distribute strategies for the engines: devices, TF_CONFIG's cluster and chief, batches.
+
+Off TPU the distribute engine's default strategy is a MirroredStrategy over
+every local GPU when there are several, else a OneDeviceStrategy (the GPU,
+or the CPU). `mirrored` asked for by name replicates over every GPU, or,
+with none, over every logical CPU device the process configured (tests and
+CI stand in several CPUs for several GPUs). `multi_worker` is a
+MultiWorkerMirroredStrategy over TF_CONFIG's cluster, made once per process
+before TensorFlow runs its first op (collective ops are set up then).
+"""
 
 import json
+import logging
 import os
 import time
 
@@ -10,6 +20,30 @@ from estimator_tpu import config as config_lib
 
 TF_CONFIG = "TF_CONFIG"
 CHIEF_CHECKPOINT_TIMEOUT_SECS = 600
+_multi_worker = []  # the process's MultiWorkerMirroredStrategy, made once
+
+
+class _StrategyChatter(logging.Filter):
+  """Drops tf.distribute's own INFO records ("Collective all_reduce tensors: 8 all_reduces, ...").
+
+  A program that sets TF's verbosity to INFO reads the estimator's lines; the
+  strategy's bookkeeping, at every trace, is not among them (the engine's
+  first line names the strategy and its replicas).
+  """
+
+  def filter(self, record):
+    return record.levelno > logging.INFO or (
+        f"{os.sep}distribute{os.sep}" not in record.pathname)
+
+
+_CHATTER = _StrategyChatter()
+
+
+def quiet_strategy_logs():
+  """Keeps tf.distribute's INFO records out of TensorFlow's log (once per process)."""
+  logger = tf.get_logger()
+  if _CHATTER not in logger.filters:
+    logger.addFilter(_CHATTER)
 
 
 def local_devices():
@@ -18,14 +52,68 @@ def local_devices():
   return [device.name for device in gpus or tf.config.list_logical_devices("CPU")]
 
 
-def read_tf_config(environ=os.environ):
+def strategy_name(strategy):
+  """The strategy's public name (tf.distribute.MultiWorkerMirroredStrategy's class is
+  CollectiveAllReduceStrategy)."""
+  name = type(strategy).__name__
+  return "MultiWorkerMirroredStrategy" if name == "CollectiveAllReduceStrategy" else name
+
+
+def one_device_strategy():
+  """OneDeviceStrategy on the first GPU, else on the CPU."""
+  gpus = tf.config.list_logical_devices("GPU")
+  return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+
+
+def default_strategy():
+  """The distribute engine's strategy off TPU when none is asked for.
+
+  A MirroredStrategy over every local GPU when there are several, else one
+  device. Logical CPU devices are not used unasked: `mirrored` uses them.
+  """
+  gpus = tf.config.list_logical_devices("GPU")
+  if len(gpus) > 1:
+    return tf.distribute.MirroredStrategy(devices=[gpu.name for gpu in gpus])
+  return one_device_strategy()
+
+
+def multi_worker_strategy(asked_by="--strategy=multi_worker", environ=os.environ):
+  """The process's MultiWorkerMirroredStrategy over TF_CONFIG's cluster (made on first call).
+
+  It must be made before TensorFlow runs its first op: collective ops and
+  the coordination service are configured as the runtime starts.
+
+  Args:
+    asked_by: how the run asked for it, for the messages.
+    environ: where TF_CONFIG is read.
+
+  Raises:
+    ConfigError: no usable TF_CONFIG, or TensorFlow already started.
+  """
+  if _multi_worker:
+    return _multi_worker[0]
+  read_tf_config(environ, asked_by)
+  try:
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+  except RuntimeError as e:
+    if "must be configured at program startup" not in str(e):
+      raise
+    raise config_lib.ConfigError(
+        f"{asked_by} must set up its cluster before TensorFlow runs its first op, and this "
+        "process has run one already: make the strategy first (for a program, set "
+        "ESTIMATOR_TPU_STRATEGY=multi_worker before it imports estimator_tpu.compat)") from e
+  _multi_worker.append(strategy)
+  return strategy
+
+
+def read_tf_config(environ=os.environ, asked_by="--strategy=multi_worker"):
   """The parsed TF_CONFIG of a multi-worker run; ConfigError names what is missing."""
   example = ('TF_CONFIG=\'{"cluster": {"worker": ["host1:2222", "host2:2222"]}, '
              '"task": {"type": "worker", "index": 0}}\'')
   text = environ.get(TF_CONFIG, "")
   if not text:
     raise config_lib.ConfigError(
-        f"--strategy=multi_worker needs the {TF_CONFIG} environment variable on every "
+        f"{asked_by} needs the {TF_CONFIG} environment variable on every "
         f"worker, e.g. {example}")
   try:
     tf_config = json.loads(text)
@@ -50,17 +138,30 @@ def writes_checkpoints(runtime):
   return runtime.strategy != "multi_worker" or is_chief_task(read_tf_config())
 
 
+def engine_cluster(runtime):
+  """Whether the run is a worker of a multi-worker run on the distribute engine."""
+  return runtime.strategy == "multi_worker" and runtime.engine == "distribute"
+
+
 def check_multi_worker_mode(runtime):
-  """Multi-worker runs only train: each worker evaluating would duplicate the work."""
-  if runtime.strategy == "multi_worker" and runtime.mode != "train":
+  """Multi-worker runs train; on the distribute engine they may evaluate as they go.
+
+  The Estimator's workers only train (each evaluating would duplicate the
+  work); the distribute engine's evaluate together, each its share of the
+  eval set. Neither follows checkpoints (--mode=eval) as a cluster.
+  """
+  allowed = ("train", "train_and_eval") if runtime.engine == "distribute" else ("train",)
+  if runtime.strategy == "multi_worker" and runtime.mode not in allowed:
     raise config_lib.ConfigError(
-        f"--strategy=multi_worker needs --mode=train on every worker (not "
+        f"--strategy=multi_worker needs --mode={' or '.join(allowed)} on every worker (not "
         f"--mode={runtime.mode}); evaluate with one more process running --mode=eval "
         f"--strategy=none on the same --model_dir, without {TF_CONFIG}")
 
 
 def make_strategy(name):
-  """The tf.distribute strategy for --strategy=mirrored or multi_worker."""
+  """The tf.distribute strategy for --strategy=one_device, mirrored or multi_worker."""
+  if name == "one_device":
+    return one_device_strategy()
   if name == "mirrored":
     return tf.distribute.MirroredStrategy(devices=local_devices())
   if name == "multi_worker":
@@ -72,10 +173,31 @@ def make_strategy(name):
 
 def check_replica_batches(train, strategy_name, num_replicas):
   """Each replica gets an equal share of both global batches; else ConfigError."""
-  errors = config_lib.batch_share_errors(
-      train, num_replicas, f"the {num_replicas} replicas of --strategy={strategy_name}")
+  named = (f"--strategy={strategy_name}" if strategy_name != "none"
+           else "the default strategy (every local GPU)")
+  errors = config_lib.batch_share_errors(train, num_replicas,
+                                         f"the {num_replicas} replicas of {named}")
   if errors:
     raise config_lib.ConfigError(next(iter(errors.values())))
+
+
+def check_global_batches(batches, strategy):
+  """TPUEstimator's global batch sizes split evenly over the strategy's replicas; else ConfigError.
+
+  Args:
+    batches: {argument name: global batch size or None}, e.g.
+      {'train_batch_size': 32, 'eval_batch_size': 8}.
+    strategy: the tf.distribute strategy the batches split over.
+  """
+  replicas = strategy.num_replicas_in_sync
+  for name, value in batches.items():
+    if value and value % replicas:
+      lower = value - value % replicas
+      fix = f"try {lower} or {lower + replicas}" if lower else f"try {replicas}"
+      raise config_lib.ConfigError(
+          f"{name}={value} does not divide over the {replicas} replicas of "
+          f"{strategy_name(strategy)} (batch sizes are global: each replica's "
+          f"params['batch_size'] is an equal share); {fix}")
 
 
 def checkpoint_step(model_dir):

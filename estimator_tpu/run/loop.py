@@ -102,15 +102,19 @@ def evaluate(estimator, inputs, checkpoint_path=None, hooks=None):
   return {k: int(v) if k in _COUNTS else float(v) for k, v in results.items()}
 
 
-def record_evaluation(model_dir, results, train_steps, extra=None):
-  """Appends to eval_history.jsonl, redraws learning_curves.png, prints the line."""
+def record_evaluation(model_dir, results, train_steps, extra=None, write=True):
+  """Appends to eval_history.jsonl, redraws learning_curves.png, prints the line.
+
+  write=False (a worker of a cluster other than the chief): the line only.
+  """
   record = dict(results, step=int(results["global_step"]), **(extra or {}))
   if "eval_loss" in record:
     # The Estimator's `loss` (the mean of the batches' losses) repeats eval_loss,
     # which is exact over the eval set; a model_fn without eval_loss keeps it.
     record.pop("loss", None)
-  curves.append_history(model_dir, record)
-  curves.write_learning_curves(model_dir)
+  if write:
+    curves.append_history(model_dir, record)
+    curves.write_learning_curves(model_dir)
   line = f"step {record['step']}/{train_steps} | {_format_metrics(results)}"
   if extra:
     if "train_images_per_sec" in extra:
@@ -199,7 +203,8 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
   t, r = config.train, config.runtime
   watch = watch or preemption.Watch()
   train_hooks, eval_hooks = [watch.hook(), *hooks], [watch.eval_hook(), *hooks]
-  step = resume_step(r.model_dir, fix=strategies.writes_checkpoints(r))
+  chief = strategies.writes_checkpoints(r)  # the one that writes, in a cluster
+  step = resume_step(r.model_dir, fix=chief)
   if step:
     say(f"resuming from step {step} in {r.model_dir}")
   if step >= t.train_steps:
@@ -215,6 +220,7 @@ def _train_and_evaluate(estimator, config, inputs, evaluate_each, watch, hooks):
 def _train_loop(estimator, config, inputs, evaluate_each, watch, step, train_hooks, eval_hooks,
                 shown):
   t, r = config.train, config.runtime
+  chief = strategies.writes_checkpoints(r)  # the one that writes, in a cluster
   start = time.time()
   start_step = step
   results = {"global_step": step}
@@ -222,7 +228,7 @@ def _train_loop(estimator, config, inputs, evaluate_each, watch, step, train_hoo
   if evaluating and _evaluation_missed(r.model_dir, step, config):
     results = evaluate(estimator, inputs, hooks=eval_hooks)
     stop_if_preempted(watch, r.model_dir)
-    record_evaluation(r.model_dir, results, t.train_steps)
+    record_evaluation(r.model_dir, results, t.train_steps, write=chief)
   while step < t.train_steps:
     stop_if_preempted(watch, r.model_dir)
     # Without evaluation one train() call runs to the end: every call rebuilds the
@@ -244,7 +250,7 @@ def _train_loop(estimator, config, inputs, evaluate_each, watch, step, train_hoo
     elapsed = time.time() - start
     eta = elapsed / (step - start_step) * (t.train_steps - step)
     record_evaluation(r.model_dir, results, t.train_steps, {
-        "train_images_per_sec": rate, "elapsed_secs": elapsed, "eta_secs": eta})
+        "train_images_per_sec": rate, "elapsed_secs": elapsed, "eta_secs": eta}, write=chief)
   return results
 
 

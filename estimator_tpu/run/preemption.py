@@ -26,6 +26,12 @@ exits without the seconds of teardown a session and TensorFlow's threads take
 `Preempted` at once, for work that may be abandoned (an export, staged and
 removed on error).
 
+A worker of a multi-worker run on the distribute engine must not stop alone:
+its Watch (`hold=True`) holds a signal (`held`) instead of acting on it, and
+the engine agrees with the other workers at its loop's edges
+(engines/distribute/workers.py); every worker's watch is then `release`d with
+the signal and stops as above, at the same step.
+
 A second SIGINT (Ctrl-C twice) stops at once, as Python's default does.
 The entry points then exit with cli.EXIT_RETRY (75), which schedulers read
 as "run me again".
@@ -71,26 +77,40 @@ class Watch:
       once a signal came; `step` is the global step just saved, or None when
       nothing was trained since the newest checkpoint. A command-line run
       exits there; returning lets the run stop the ordinary way.
+    hold: a worker of a multi-worker run: a signal is `held` until the
+      workers agree to stop (`release`); work abandoned midway
+      (`interrupting`) still stops at once.
   """
 
-  def __init__(self, signals=SIGNALS, on_stop=None):
+  def __init__(self, signals=SIGNALS, on_stop=None, hold=False):
     self._signals = signals
     self._previous = {}
     self._on_stop = on_stop
     self._during = None
+    self._hold = hold
     self.signal_name = None
+    self.held = None
 
   @property
   def requested(self):
     return self.signal_name is not None
 
   def _handle(self, signum, unused_frame):
-    if self.requested and signum == signal.SIGINT:
+    if (self.requested or self.held) and signum == signal.SIGINT:
       signal.signal(signal.SIGINT, signal.default_int_handler)
       raise KeyboardInterrupt
-    self.signal_name = signal.Signals(signum).name
+    name = signal.Signals(signum).name
     if self._during is not None:
+      self.signal_name = name
       raise Preempted(self.signal_name, None, None, during=self._during)
+    if self._hold:
+      self.held = self.held or name
+      return
+    self.signal_name = name
+
+  def release(self, signal_name):
+    """Every worker agreed to stop for signal_name: from now on as if it had come here."""
+    self.signal_name = self.signal_name or signal_name
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
@@ -140,18 +160,18 @@ class StopOnSignalHook(tf.compat.v1.train.SessionRunHook):
   """
 
   def __init__(self, watch):
-    self._watch = watch
+    self.watch = watch
 
   def begin(self):
-    self._watch.stopped()
+    self.watch.stopped()
 
   def after_create_session(self, session, coord):
     del session, coord
-    self._watch.stopped()
+    self.watch.stopped()
 
   def after_run(self, run_context, run_values):
     del run_values
-    if self._watch.requested:
+    if self.watch.requested:
       run_context.request_stop()
 
 
@@ -159,7 +179,7 @@ class StopEvaluationHook(tf.compat.v1.train.SessionRunHook):
   """Ends an evaluation at once on a watched signal (see EvaluationStopped)."""
 
   def __init__(self, watch):
-    self._watch = watch
+    self.watch = watch
 
   def begin(self):
     self._stop_if_requested()
@@ -169,9 +189,9 @@ class StopEvaluationHook(tf.compat.v1.train.SessionRunHook):
     self._stop_if_requested()
 
   def _stop_if_requested(self):
-    if self._watch.requested:
-      self._watch.stopped()
-      raise EvaluationStopped(self._watch.signal_name)
+    if self.watch.requested:
+      self.watch.stopped()
+      raise EvaluationStopped(self.watch.signal_name)
 
 
 class SavedListener(tf.compat.v1.train.CheckpointSaverListener):
@@ -187,3 +207,14 @@ class SavedListener(tf.compat.v1.train.CheckpointSaverListener):
   def end(self, session, global_step):
     del session
     self._watch.stopped(int(global_step))
+
+
+def watches_of(hooks):
+  """The Watches behind the preemption hooks among hooks (each once)."""
+  watches = []
+  for hook in hooks or ():
+    watch = getattr(hook, "watch", None) if isinstance(
+        hook, (StopOnSignalHook, StopEvaluationHook)) else None
+    if watch is not None and all(watch is not w for w in watches):
+      watches.append(watch)
+  return watches

@@ -45,6 +45,7 @@ from tensorflow_estimator.python.estimator.tpu import tpu_estimator as tpu_estim
 
 from estimator_tpu import stacks
 from estimator_tpu.engines import calls
+from estimator_tpu.engines import strategies
 from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import checkpoint_timing
 from estimator_tpu.engines.distribute import context as input_context_lib
@@ -55,10 +56,12 @@ from estimator_tpu.engines.distribute import inputs
 from estimator_tpu.engines.distribute import metric_ops
 from estimator_tpu.engines.distribute import monitors
 from estimator_tpu.engines.distribute import optimizer_rules
+from estimator_tpu.engines.distribute import replica_loss
 from estimator_tpu.engines.distribute import step_trace
 from estimator_tpu.engines.distribute import surface
 from estimator_tpu.engines.distribute import variables as tf1_variables
 from estimator_tpu.engines.distribute import voice
+from estimator_tpu.engines.distribute import workers as workers_lib
 
 ModeKeys = stacks.ModeKeys
 KEEP_CHECKPOINTS = tpu_estimator.KEEP_CHECKPOINTS
@@ -136,9 +139,13 @@ class DistributeEngine(surface.EstimatorSurface):
     self._model_fn = model_fn
     self._user_params = copy.deepcopy(params)  # a dict, or an HParams (TPUEstimator takes both)
     self.strategy = strategy
+    self._workers = workers_lib.Workers(strategy)  # the chief writes; stops are agreed
     self.model_dir = model_dir
     self._batches = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
                      ModeKeys.PREDICT: predict_batch_size or eval_batch_size}
+    strategies.check_global_batches({"train_batch_size": train_batch_size,
+                                     "eval_batch_size": eval_batch_size,
+                                     "predict_batch_size": predict_batch_size}, strategy)
     self._use_tpu = use_tpu
     self._iterations = iterations_per_loop
     self._save_steps = save_checkpoints_steps
@@ -170,7 +177,7 @@ class DistributeEngine(surface.EstimatorSurface):
 
   def describe(self):
     """'TPUStrategy, 8 replicas, jit_compile': what runs the model_fn."""
-    parts = [type(self.strategy).__name__,
+    parts = [strategies.strategy_name(self.strategy),
              f"{self.num_replicas} replica{'s' if self.num_replicas != 1 else ''}"]
     if self._jit:
       parts.append("jit_compile")
@@ -203,10 +210,13 @@ class DistributeEngine(surface.EstimatorSurface):
     """The input_fn's dataset distributed over the replicas, one input_fn call per host."""
 
     def dataset_fn(input_context):
+      params, reads = workers_lib.watching_context(self._params(mode, input_context))
       with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-        return inputs.host_dataset(input_fn, self._params(mode, input_context), mode,
-                                   self.config, input_context, self._seed)
+        dataset = inputs.host_dataset(input_fn, params, mode, self.config, input_context,
+                                      self._seed)
+      # Several input pipelines (workers, hosts): each its own share of the batches.
+      return workers_lib.shard_unless_read(dataset, bool(reads), input_context)
 
     if self._seed is not None:
       tf.random.set_seed(self._seed)
@@ -361,15 +371,18 @@ class DistributeEngine(surface.EstimatorSurface):
     voice.before_save(step)
     for listener in listeners:
       listener.before_save(None, step)
-    tf.io.gfile.makedirs(self.model_dir)
+    self._workers.barrier()  # all workers have restored, or all have trained to step
     self._sync_on_read_to_copies()
     save_path = os.path.join(self.model_dir, CHECKPOINT_NAME)
-    voice.saving(step, save_path)
-    path = self._checkpoint_saver().save(None, save_path, global_step=step,
-                                         write_meta_graph=False)
-    if self._twin is not None:  # the .meta beside it, as the Estimator's Saver writes one
-      self._twin.after_save(path)
-    event_files.checkpoint_saved(self.model_dir, save_path, step)
+    if self._workers.is_chief:
+      tf.io.gfile.makedirs(self.model_dir)
+      voice.saving(step, save_path)
+      path = self._checkpoint_saver().save(None, save_path, global_step=step,
+                                           write_meta_graph=False)
+      if self._twin is not None:  # the .meta beside it, as the Estimator's Saver writes one
+        self._twin.after_save(path)
+      event_files.checkpoint_saved(self.model_dir, save_path, step)
+    self._workers.barrier()  # the chief's checkpoint is there for every worker
     voice.after_save(step)
     stop = False
     for listener in listeners:
@@ -457,7 +470,7 @@ class DistributeEngine(surface.EstimatorSurface):
     joined = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
     # Summary tags take the name scope: the host_call's start at the top, as on the host.
     with tf.compat.v1.get_default_graph().name_scope(None), self._store.scope(), \
-        self._keeping_writers():
+        self._keeping_writers(), self._workers.summaries_aside():
       return _host_call_ops((fn, joined))
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
@@ -518,12 +531,14 @@ class DistributeEngine(surface.EstimatorSurface):
         step + steps if steps is not None else float("inf"))
     if step >= last:
       return None
+    # A signal some worker got before this call: every worker stops in begin().
+    stop = self._workers.agree_to_stop(False, hooks or [])
     saving.start(step)  # CheckpointSaverHook saves the step a run starts from
     runner.after_create_session(step)
     self._twin.after_create_session()
-    watch = monitors.TrainingMonitors(self.model_dir, self._tf_estimator,
+    watch = monitors.TrainingMonitors(self._events_dir(self.model_dir), self._tf_estimator,
                                       self._batches[ModeKeys.TRAIN], self._use_tpu)
-    state, stop = {"loss": None}, False
+    state = {"loss": None}
     while step < last and not stop:
       profiled = plan.profiling.due(step) if plan.profiling else []
       count = 1 if profiled else int(min(
@@ -548,6 +563,7 @@ class DistributeEngine(surface.EstimatorSurface):
         break
       step = self._global_step()
       stop = state["stop"] or stop
+      stop = self._workers.agree_to_stop(stop, hooks or [])
       watch.after_loop(step, state["loss"])
     saving.end(step)
     runner.end(step)
@@ -618,12 +634,13 @@ class DistributeEngine(surface.EstimatorSurface):
           raise ValueError("the model_fn returned eval_metric_ops, which TPUEstimator takes "
                            "only off TPU; on a TPU give eval_metrics=(metric_fn, tensors)")
         results["metric_fn"] = metrics[0] if metrics else None
-        return tf.cast(spec.loss, tf.float32), (metrics[1] if metrics else []), carried
+        loss, examples = replica_loss.weighted(spec.loss, features, labels)
+        return loss, examples, (metrics[1] if metrics else []), carried
 
       with self._store.replicas(), self._store.outside():
-        loss, tensors, carried = self.strategy.run(self._replica_fn(replica),
-                                                   args=(features, labels))
-      loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+        loss, examples, tensors, carried = self.strategy.run(self._replica_fn(replica),
+                                                             args=(features, labels))
+      loss = replica_loss.combined(self.strategy, loss, examples)
       tensors = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
       self._metric_fn = results["metric_fn"]
       return loss, tensors, step_trace.first_replica_steps(self.strategy, carried)
@@ -649,8 +666,10 @@ class DistributeEngine(surface.EstimatorSurface):
     with self.strategy.scope():
       iterator = iter(self._dataset(input_fn, ModeKeys.EVAL))
       with voice.calling_model_fn(ModeKeys.EVAL, self._use_tpu):
-        _, trace = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,),
+        function, trace = self._step_function(ModeKeys.EVAL, self._eval_function, (iterator,),
                                        fresh=True)
+      # The traced shapes: a batch dimension the input leaves open stays open for the metric_fn.
+      traced = function.get_concrete_function(iterator).structured_outputs[1]
     updates = [pair[1] for pair in (getattr(trace.spec, "eval_metric_ops", None) or {}).values()]
     # The estimator's hook of evaluate(steps=N) comes right after the hooks given.
     runner = self._hook_runner(ModeKeys.EVAL, [*(hooks or []), *voice.evaluation_steps(steps)],
@@ -673,9 +692,10 @@ class DistributeEngine(surface.EstimatorSurface):
         batch_loss, tensors, carried = function(iterator)
       # The metric_fn runs on the host, outside the strategy, as TPUEstimator's does.
       if metrics is None:
-        metrics = _HostMetrics(self._metric_fn, tensors)
+        metrics = _HostMetrics(self._metric_fn, tensors, traced)
       metrics.update(tensors)
       loss.add(batch_loss.numpy())
+      self._workers.agree_to_stop(False, hooks or [])  # a signal stops every worker's pass
       return {key: value.numpy() for key, value in carried.items()}
 
     stop = False
@@ -688,7 +708,7 @@ class DistributeEngine(surface.EstimatorSurface):
     values = {**(metrics.values() if metrics else {}), **metric_ops.final_values(trace)}
     voice.finished_evaluation(started)
     results = surface.evaluation_results(values, loss.value(), step)
-    event_files.evaluation(self.eval_dir(name), results, path)
+    event_files.evaluation(self._events_dir(self.eval_dir(name)), results, path)
     return results
 
   # Prediction and export.
@@ -765,6 +785,14 @@ class DistributeEngine(surface.EstimatorSurface):
 
     return self._function(step_trace.function_name("predict", carry), predict_step)
 
+  def _export_base(self, export_dir_base):
+    """export_dir_base on the chief; elsewhere a scratch directory (the chief's is the run's)."""
+    return export_dir_base if self._workers.is_chief else self._workers.scratch_dir("export")
+
+  def _events_dir(self, directory):
+    """directory on the chief; elsewhere a scratch directory (only the chief writes summaries)."""
+    return directory if self._workers.is_chief else self._workers.scratch_dir("events")
+
 
 @contextlib.contextmanager
 def _quiet_tf_log():
@@ -785,13 +813,14 @@ class _HostMetrics:
   Their variables start at zero for each evaluation.
   """
 
-  def __init__(self, metric_fn, example_tensors):
+  def __init__(self, metric_fn, example_tensors, traced_tensors=None):
     self._structure = example_tensors
     if metric_fn is None:
       self._update = None
       return
     flat = tf.nest.flatten(example_tensors)
-    specs = [tf.TensorSpec(t.shape, t.dtype) for t in flat]
+    shaped = flat if traced_tensors is None else tf.nest.flatten(traced_tensors)
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in shaped]
     captured = {}
 
     def build(*flat_tensors):

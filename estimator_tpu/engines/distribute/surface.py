@@ -66,22 +66,28 @@ class EstimatorSurface:
                          as_text=False, checkpoint_path=None,
                          experimental_mode=stacks.ModeKeys.PREDICT):
     return self._estimator("export_saved_model").export_saved_model(
-        export_dir_base, serving_input_receiver_fn, assets_extra=assets_extra, as_text=as_text,
-        checkpoint_path=checkpoint_path, experimental_mode=experimental_mode)
+        self._export_base(export_dir_base), serving_input_receiver_fn,
+        assets_extra=assets_extra, as_text=as_text, checkpoint_path=checkpoint_path,
+        experimental_mode=experimental_mode)
 
   def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, assets_extra=None,
                         as_text=False, checkpoint_path=None, strip_default_attrs=False):
     return self._estimator("export_savedmodel").export_savedmodel(
-        export_dir_base, serving_input_receiver_fn, assets_extra=assets_extra, as_text=as_text,
-        checkpoint_path=checkpoint_path, strip_default_attrs=strip_default_attrs)
+        self._export_base(export_dir_base), serving_input_receiver_fn,
+        assets_extra=assets_extra, as_text=as_text, checkpoint_path=checkpoint_path,
+        strip_default_attrs=strip_default_attrs)
 
   def experimental_export_all_saved_models(self, export_dir_base, input_receiver_fn_map,
                                            assets_extra=None, as_text=False,
                                            checkpoint_path=None):
     return self._estimator("experimental_export_all_saved_models") \
         .experimental_export_all_saved_models(
-            export_dir_base, input_receiver_fn_map, assets_extra=assets_extra, as_text=as_text,
-            checkpoint_path=checkpoint_path)
+            self._export_base(export_dir_base), input_receiver_fn_map,
+            assets_extra=assets_extra, as_text=as_text, checkpoint_path=checkpoint_path)
+
+  def _export_base(self, export_dir_base):
+    """Where an export goes: export_dir_base (the engine puts all workers' but the chief's aside)."""
+    return export_dir_base
 
   def _estimator(self, method):
     if self._tf_estimator is None:

@@ -256,6 +256,8 @@ class VariableStore:
 
     def record_saver(saver, checkpoint_path, build_save, build_restore):
       del checkpoint_path, build_save, build_restore
+      if store._trace is not None and store._replica_id():
+        return  # a later replica's copy of the first's Saver, its names in the replica's scope
       var_list = saver._var_list  # pylint: disable=protected-access
       if not isinstance(var_list, dict):
         var_list = {store._name_of(v): v for v in (var_list or store.global_variables().values())}
@@ -336,9 +338,12 @@ class VariableStore:
     return key.rstrip("/")
 
   def _replica_id(self):
+    """The replica being traced, counted on this worker: 0 for its first (multi-worker too)."""
     if tf.distribute.in_cross_replica_context():
       return None
-    return tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+    replica = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+    local = len(tf.distribute.get_strategy().extended.worker_devices)
+    return None if replica is None else replica % local
 
   def _creator(self, next_creator, **kwargs):
     if getattr(self._making, "active", False):
