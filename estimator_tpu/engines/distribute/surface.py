@@ -86,7 +86,7 @@ class EstimatorSurface:
             assets_extra=assets_extra, as_text=as_text, checkpoint_path=checkpoint_path)
 
   def _export_base(self, export_dir_base):
-    """Where an export goes: export_dir_base (the engine puts all workers' but the chief's aside)."""
+    """Where an export goes: export_dir_base (the engine sets a worker's but the chief's aside)."""
     return export_dir_base
 
   def _estimator(self, method):
