@@ -11,7 +11,6 @@ import logging
 import re
 
 import numpy as np
-import pytest
 import tensorflow as tf
 from tensorflow.python.util import deprecation
 from tensorflow_estimator.python.estimator.tpu import tpu_estimator as tf_tpu_estimator
@@ -115,10 +114,3 @@ def test_the_step_rate_and_the_tpu_loss_line_fall_where_the_estimators_hooks_put
 def test_without_log_step_count_steps_the_engine_says_no_rate(tmp_path):
   said = _by_the_engine(_estimator(str(tmp_path), log_step_count_steps=None), str(tmp_path))
   assert said == []
-
-
-def test_a_nan_loss_stops_the_run_as_nan_tensor_hook_does(tmp_path):
-  watch = monitors.TrainingMonitors(str(tmp_path), None, BATCH, on_tpu=False)
-  with _tf_lines() as lines, pytest.raises(tf.compat.v1.train.NanLossDuringTrainingError):
-    watch.after_loop(3, np.float32("nan"))
-  assert lines == [("ERROR", "Model diverged with loss = NaN.")]
