@@ -6,6 +6,7 @@ runs are local processes with TF_CONFIG on localhost ports, set up as
 tests/test_strategy_estimator.py sets up the estimator's workers.
 """
 
+import collections
 import glob
 import json
 import os
@@ -383,11 +384,17 @@ def _history(model_dir):
 
 
 def _writers(model_dir):
-  """The processes (pids) that wrote TF 2 event files anywhere under model_dir."""
+  """The processes that wrote TF 2 event files under model_dir (their pids), and the TF 1 files.
+
+  The TF 2 files (a host_call's summaries) name their writer's pid; the TF 1
+  files (the estimator's, events.out.tfevents.TIME.HOST) one per directory
+  and process, so two in one directory are two writers.
+  """
   paths = glob.glob(os.path.join(model_dir, "**", "events.out.tfevents.*"), recursive=True)
   assert paths
-  # events.out.tfevents.TIME.HOST.PID.N.v2
-  return {re.search(r"\.(\d+)\.\d+\.v2$", p).group(1) for p in paths}
+  pids = {re.search(r"\.(\d+)\.\d+\.v2$", p).group(1) for p in paths if p.endswith(".v2")}
+  tf1 = collections.Counter(os.path.dirname(p) for p in paths if not p.endswith(".v2"))
+  return pids, tf1
 
 
 @pytest.mark.slow
@@ -401,7 +408,8 @@ def test_two_workers_train_checkpoint_once_resume_and_evaluate_exactly(digits_di
   # The chief alone wrote checkpoints, summaries and the history, each once.
   assert _steps(model_dir) == [0, 2, 4]
   assert [h["step"] for h in _history(model_dir)] == [2, 4]
-  assert len(_writers(model_dir)) == 1
+  pids, tf1_files = _writers(model_dir)
+  assert len(pids) <= 1 and tf1_files and set(tf1_files.values()) == {1}, (pids, tf1_files)
   assert not [name for name in os.listdir(model_dir) if name.startswith("tmp_")]
 
   second = _train_py_workers(digits_dir, model_dir, "--train_steps=6", "--steps_per_eval=2")

@@ -16,12 +16,12 @@ import tensorflow as tf
 from estimator_tpu import config as config_lib
 from estimator_tpu import flags as flags_lib
 from estimator_tpu import stacks
+from estimator_tpu.cli import train
 from estimator_tpu.engines import choose as estimator_lib
 from estimator_tpu.export import saved_model
 from estimator_tpu.model import model_fn as model_fn_lib
 from estimator_tpu.model import precision
 from estimator_tpu.run import assemble
-import train
 
 ModeKeys = stacks.ModeKeys
 BATCH = 8

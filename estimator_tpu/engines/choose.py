@@ -233,8 +233,14 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
       use_tpu=r.use_tpu, iterations_per_loop=r.iterations_per_loop,
       save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
       jit_compile=r.jit_compile, seed=t.seed or None, warm_start_from=t.warm_start_from or None,
-      export_estimator_fn=lambda: build_estimator(
-          export_config, params.get("class_names"), model_fn=export_model_fn or model_fn))
+      export_estimator_fn=lambda: _exporter(export_config, params.get("class_names"),
+                                            export_model_fn or model_fn))
+
+
+def _exporter(config, class_names, model_fn):
+  """The TPUEstimator (off TPU, one process) that exports the distribute engine's checkpoints."""
+  with strategies.tf_config_hidden():
+    return build_estimator(config, class_names, model_fn=model_fn)
 
 
 def describe_engine(estimator, runtime):

@@ -9,6 +9,7 @@ MultiWorkerMirroredStrategy over TF_CONFIG's cluster, made once per process
 before TensorFlow runs its first op (collective ops are set up then).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -226,3 +227,19 @@ def wait_for_checkpoint(model_dir, step, timeout_secs=CHIEF_CHECKPOINT_TIMEOUT_S
           f"the chief's checkpoint in --model_dir={model_dir} did not reach step {step} "
           f"in {timeout_secs}s; every worker needs the same --model_dir (e.g. gs://...)")
     time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def tf_config_hidden(environ=os.environ):
+  """Within, no TF_CONFIG: an estimator that only exports reads no cluster.
+
+  The Estimator's RunConfig reads TF_CONFIG when made, and refuses a cluster
+  without a `chief` task (MultiWorkerMirroredStrategy's worker-only
+  clusters); the exporter runs on one process and needs none.
+  """
+  saved = environ.pop(TF_CONFIG, None)
+  try:
+    yield
+  finally:
+    if saved is not None:
+      environ[TF_CONFIG] = saved

@@ -535,7 +535,8 @@ class DistributeEngine(surface.EstimatorSurface):
     stop = self._workers.agree_to_stop(False, hooks or [])
     saving.start(step)  # CheckpointSaverHook saves the step a run starts from
     runner.after_create_session(step)
-    self._twin.after_create_session()
+    if self._workers.is_chief:  # graph.pbtxt, as the chief's CheckpointSaverHook writes it
+      self._twin.after_create_session()
     watch = monitors.TrainingMonitors(self._events_dir(self.model_dir), self._tf_estimator,
                                       self._batches[ModeKeys.TRAIN], self._use_tpu)
     state = {"loss": None}

@@ -54,8 +54,10 @@ import random
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.framework import func_graph
 from tensorflow.python.lib.io import file_io
+from tensorflow.python.training import checkpoint_utils
 from tensorflow.python.training import training_util
 from tensorflow_estimator.python.estimator import model_fn as model_fn_lib
 from tensorflow_estimator.python.estimator import util as estimator_util
@@ -64,6 +66,7 @@ from tensorflow_estimator.python.estimator.tpu import tpu_estimator as tpu_estim
 from estimator_tpu import stacks
 from estimator_tpu.engines import calls
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
+from estimator_tpu.engines.distribute import step_trace
 
 ModeKeys = stacks.ModeKeys
 GraphKeys = tf.compat.v1.GraphKeys
@@ -87,8 +90,45 @@ def traced_scaffold(scaffold_fn):
   step, where every stateful op would run at every step.
   """
   graph = func_graph.FuncGraph("scaffold_fn")
-  with graph.as_default():
+  with graph.as_default(), _initializers_in_place(skipped=step_trace.replica_id() > 0):
     return scaffold_fn()
+
+
+class _InPlace:
+  """checkpoint_utils' distribute_lib within a traced scaffold_fn: no merge_call.
+
+  init_from_checkpoint hands its work to a merge_call in a replica context,
+  which under a MirroredStrategy may not cross into the scaffold's graph;
+  this says "cross-replica" to it alone, so the work (which the variable
+  store records) is done where it is called, in the replica's context.
+  """
+
+  @staticmethod
+  def get_cross_replica_context():
+    return True
+
+  def __getattr__(self, name):
+    return getattr(distribute_lib, name)
+
+
+@contextlib.contextmanager
+def _initializers_in_place(skipped):
+  """Within, init_from_checkpoint records in place; with skipped, it does nothing.
+
+  The first replica's calls are recorded, by the variables' names, which
+  stand for every replica's copy; a later replica's would find its own
+  copies under other names. Replicas trace one at a time.
+  """
+  saved = (checkpoint_utils.distribute_lib,
+           checkpoint_utils._init_from_checkpoint)  # pylint: disable=protected-access
+  checkpoint_utils.distribute_lib = _InPlace()
+  if skipped:
+    checkpoint_utils._init_from_checkpoint = lambda *args, **kwargs: None  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    (checkpoint_utils.distribute_lib,
+     checkpoint_utils._init_from_checkpoint) = saved  # pylint: disable=protected-access
 
 
 def check_scaffold(scaffold, mode, store):

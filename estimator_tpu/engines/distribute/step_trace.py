@@ -45,11 +45,16 @@ def model_scope():
 
 
 def replica_id():
-  """This replica's number in a strategy.run trace (0 outside one, or on a TPU's one trace)."""
+  """This replica's number on its worker in a strategy.run trace; 0 outside one.
+
+  A MultiWorkerMirroredStrategy's workers each count their first replica as
+  0, as a TPU's one trace is.
+  """
   if tf.distribute.in_cross_replica_context():
     return 0
   value = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
-  return 0 if value is None else int(value)
+  local = len(tf.distribute.get_strategy().extended.worker_devices) or 1
+  return 0 if value is None else int(value) % local
 
 
 class StepTrace:

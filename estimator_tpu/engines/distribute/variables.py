@@ -56,6 +56,8 @@ from tensorflow.python.ops import variable_scope
 from tensorflow.python.training import checkpoint_utils
 from tensorflow.python.training import saver as saver_lib
 
+from estimator_tpu.engines.distribute import step_trace
+
 GraphKeys = tf.compat.v1.GraphKeys
 # Collections a trace starts empty: TF 1 built each graph once.
 _PER_TRACE = (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES,
@@ -341,9 +343,7 @@ class VariableStore:
     """The replica being traced, counted on this worker: 0 for its first (multi-worker too)."""
     if tf.distribute.in_cross_replica_context():
       return None
-    replica = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
-    local = len(tf.distribute.get_strategy().extended.worker_devices)
-    return None if replica is None else replica % local
+    return step_trace.replica_id()
 
   def _creator(self, next_creator, **kwargs):
     if getattr(self._making, "active", False):
