@@ -524,8 +524,9 @@ class DistributeEngine(surface.EstimatorSurface):
     saving.begin()
     runner.begin()
     with voice.session_creation():
-      self._restore(twin=self._twin)
+      # Local variables from their initial values, then the twin's local_init_op sets its own.
       self._locals.reset(self._store, self.strategy)
+      self._restore(twin=self._twin)
     step = self._global_step()
     last = max_steps if max_steps is not None else (
         step + steps if steps is not None else float("inf"))
