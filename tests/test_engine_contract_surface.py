@@ -108,7 +108,7 @@ def test_every_method_returns_what_the_estimator_returns(tmp_path):
   assert ("INFO", "Skipping training since max_steps has already saved.") in logs["distribute"]
   # What the estimator gives, so the engine's is known to be it.
   assert by_engine["missing_names"] == []
-  assert by_engine["max_steps_reached"] == [True, 1]  # returned at once: no input_fn call
+  assert by_engine["max_steps_reached"] == [True, 0]  # returned at once: no input_fn call
   assert by_engine["listener"] == ["begin", "before_save 5", "after_save 5", "before_save 6",
                                    "after_save 6", "end 6"]
   evaluation = dict(by_engine["evaluate"]["items"])

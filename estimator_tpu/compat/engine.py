@@ -92,6 +92,8 @@ class EngineTPUEstimator(_TPUEstimator):
       self._engine = _build_engine(model_fn, run_config, params, use_tpu, train_batch_size,
                                    eval_batch_size, predict_batch_size, warm_start_from,
                                    exporter)
+    # TPUEstimator's own config: its log_step_count_steps is None (its hooks say the step rate).
+    self._config = self._engine.config
     loop.say(f"engine: distribute ({self._engine.describe()}), "
              f"from {choose.program_engine_source()}")
 
@@ -175,7 +177,8 @@ def _check_arguments(model_fn, config, params, use_tpu, train_batch_size):
     raise ValueError("`train_batch_size` cannot be `None`")
   if model_fn is None:
     raise ValueError("model_fn must be provided to Estimator.")
-  estimator_lib._verify_model_fn_args(model_fn, params)  # pylint: disable=protected-access
+  # The model_fn's arguments are checked (and warned about) by TensorFlow's own TPUEstimator,
+  # which the engine builds to export with (engines/distribute/surface.py).
 
 
 def _refuse_what_the_engine_lacks(config, use_tpu, batch_axis, embedding_config_spec,

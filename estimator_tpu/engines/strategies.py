@@ -32,9 +32,10 @@ class _StrategyChatter(logging.Filter):
   first line names the strategy and its replicas).
   """
 
+  _OWN = os.path.join("tensorflow", "python", "distribute", "")
+
   def filter(self, record):
-    return record.levelno > logging.INFO or (
-        f"{os.sep}distribute{os.sep}" not in record.pathname)
+    return record.levelno > logging.INFO or self._OWN not in record.pathname
 
 
 _CHATTER = _StrategyChatter()

@@ -170,8 +170,9 @@ def training(estimator, seen):
   seen["get_variable_names_before"] = error_of(estimator.get_variable_names)
   seen["evaluate_untrained"] = described(estimator.evaluate(eval_input_fn, steps=1))
   seen["train_returns_the_estimator"] = estimator.train(train_input_fn, steps=3) is estimator
+  calls = CALLS["train_input_fn"]  # max_steps reached: no input_fn call, the estimator back
   seen["max_steps_reached"] = [estimator.train(train_input_fn, max_steps=3) is estimator,
-                               CALLS["train_input_fn"]]
+                               CALLS["train_input_fn"] - calls]
   estimator.train(train_input_fn, steps=2)
   listener = Listener()
   estimator.train(train_input_fn, max_steps=6, saving_listeners=[listener])
