@@ -69,9 +69,9 @@ def activate():
   if shapes not in ("v1", "v2"):
     raise ValueError(f"{SHAPES_ENV}={shapes!r} is not a shape mode: use v1 (TF 1 "
                      f"TensorShape, the default) or v2")
-  from estimator_tpu.engines import choose
-  # ESTIMATOR_TPU_STRATEGY checked, and a multi-worker cluster set up before TF starts.
-  choose.prepare_program_strategy()
+  # TensorFlow's own switch, module-global like tensor_shape's; `deprecation.silence()`
+  # is the same flag as a context manager, which cannot span a whole program.
+  deprecation._PRINT_DEPRECATION_WARNINGS = False
   execution = os.environ.get(EXECUTION_ENV, "graph")
   if execution not in ("graph", "eager"):
     raise ValueError(f"{EXECUTION_ENV}={execution!r} is not an execution mode: use graph "
@@ -80,9 +80,6 @@ def activate():
     tf.compat.v1.disable_v2_tensorshape()
   if execution == "graph":
     tf.compat.v1.disable_eager_execution()
-  # TensorFlow's own switch, module-global like tensor_shape's; `deprecation.silence()`
-  # is the same flag as a context manager, which cannot span a whole program.
-  deprecation._PRINT_DEPRECATION_WARNINGS = False
   tf_logger.print_once()
   from estimator_tpu import stacks
   from estimator_tpu import tf_standins
@@ -93,6 +90,11 @@ def activate():
   if stacks.NAME == "tf2.15":
     importlib.import_module(_TF215_ESTIMATOR_V1)
     quiet_api_modules(_TF215_ESTIMATOR_V1)
+    quiet_api_modules(stacks.estimator.__name__)  # the tree stacks.tpu is (the engines read it)
+  # ESTIMATOR_TPU_STRATEGY checked, and a multi-worker cluster set up before TensorFlow's
+  # first op (after the API modules are quiet: the engines read TF 2.15's deprecated names).
+  from estimator_tpu.engines import choose
+  choose.prepare_program_strategy()
   # Keras 2's legacy layers say the same through Python warnings, once per call site.
   warnings.filterwarnings("ignore", message=_KERAS_DEPRECATION, category=UserWarning)
   tf_logger.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "

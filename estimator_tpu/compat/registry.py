@@ -225,7 +225,8 @@ LAYERS = {
     **{name: mapped(_SLIM + name, _SLIM_LAYER_NOTE)
        for name in ("conv2d", "fully_connected", "batch_norm", "max_pool2d",
                     "avg_pool2d", "dropout", "separable_conv2d", "conv2d_transpose",
-                    "repeat", "stack", "one_hot_encoding", "unit_norm")},
+                    "repeat", "stack", "one_hot_encoding", "unit_norm", "softmax",
+                    "bias_add", "convolution2d")},
     "embed_sequence": refused(
         "use tf.nn.embedding_lookup on a tf.compat.v1.get_variable, or "
         "tf.keras.layers.Embedding"),
