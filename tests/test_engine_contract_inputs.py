@@ -52,6 +52,7 @@ def _assert_same_metrics(estimator, distribute):
 GRAPH_TWIN = "one more training input_fn call, by the graph twin"
 
 
+@pytest.mark.slow
 def test_the_input_fn_reads_every_context_attribute_and_shards_as_the_estimator(tmp_path):
   estimator, _, _ = run("context_input_fn.py", "estimator", tmp_path)
   distribute, out, _ = run("context_input_fn.py", "distribute", tmp_path)
@@ -167,6 +168,7 @@ print(json.dumps({"seen": seen, "refused": refused}))
 """
 
 
+@pytest.mark.slow
 def test_over_mirrored_replicas_each_gets_its_share_and_the_context_says_so(tmp_path):
   done = subprocess.run([sys.executable, "-c", MIRRORED_CHILD, str(tmp_path / "model")],
                         cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -187,6 +189,7 @@ def test_over_mirrored_replicas_each_gets_its_share_and_the_context_says_so(tmp_
     ("one_shot", "one_shot", 5),  # the iterator's 5 batches end training before step 8
     ("constant", "dataset", 8),
     ("queue", "dataset", 8)])
+@pytest.mark.slow
 def test_tensors_from_the_input_fns_graph_train_evaluate_and_predict_alike(
     tmp_path, train_input, predict_input, steps):
   results = run_both("tensor_input_fn.py", tmp_path, f"--train_input={train_input}",
@@ -252,6 +255,7 @@ def _event_values(log_dir):
           for value in event.summary.value}
 
 
+@pytest.mark.slow
 def test_placeholders_sessions_file_writers_and_savers_around_the_engine(tmp_path):
   results = run_both("graph_mode_main.py", tmp_path)
   estimator, distribute = results["estimator"], results["distribute"]
@@ -266,6 +270,7 @@ def test_placeholders_sessions_file_writers_and_savers_around_the_engine(tmp_pat
   assert values == {("loss", 6): pytest.approx(distribute["metrics"]["loss"])}
 
 
+@pytest.mark.slow
 def test_a_program_that_disables_v2_behavior_runs_on_the_engine(tmp_path):
   distribute, out, _ = run("graph_mode_main.py", "distribute", tmp_path,
                            "--disable_v2_behavior")
@@ -290,6 +295,7 @@ def estimator_reference(tmp_path_factory):
     ("contrib", "none"), ("estimator", "empty"), ("compat_v1", "added_method"),
     ("tensorflow_compat_v1", "own_init"), ("contrib_module", "base_init_by_name"),
     ("tensorflow_estimator", "extends_evaluate")])
+@pytest.mark.slow
 def test_each_path_and_subclass_reaches_the_engine(tmp_path, estimator_reference, path,
                                                    subclass):
   distribute, out, _ = run("estimator_paths.py", "distribute", tmp_path, f"--path={path}",
@@ -313,6 +319,7 @@ def test_each_path_and_subclass_reaches_the_engine(tmp_path, estimator_reference
     assert seen["learning_rate"] == 0.5
 
 
+@pytest.mark.slow
 def test_a_subclass_latest_checkpoint_picks_the_export_as_on_the_estimator(tmp_path):
   results = run_both("estimator_paths.py", tmp_path, "--subclass=latest_checkpoint")
   estimator, distribute = results["estimator"], results["distribute"]
@@ -323,6 +330,7 @@ def test_a_subclass_latest_checkpoint_picks_the_export_as_on_the_estimator(tmp_p
   _assert_same_numbers(estimator, distribute, "logits")
 
 
+@pytest.mark.slow
 def test_a_subclass_overriding_a_private_hook_stops_with_one_line(tmp_path):
   run("estimator_paths.py", "estimator", tmp_path, "--subclass=private_hook")
   model_dir = tmp_path / "distribute"
@@ -376,6 +384,7 @@ def test_what_the_engine_cannot_run_is_refused_at_construction(
 
 @pytest.mark.skipif(stacks.NAME != "tf2.15", reason="TensorFlow 2.16+ lacks modules "
                     "tensorflow_estimator imports: it imports only after estimator_tpu's stand-ins")
+@pytest.mark.slow
 def test_tensorflow_estimators_class_imported_and_built_before_tf_reaches_the_engine(tmp_path):
   estimator, _, _ = run("estimator_imported_first.py", "estimator", tmp_path)
   distribute, out, _ = run("estimator_imported_first.py", "distribute", tmp_path)

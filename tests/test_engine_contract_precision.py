@@ -27,6 +27,7 @@ def test_both_engines_train_the_same_model_in_bfloat16(scoped):
   assert distribute["classes"] == estimator["classes"] and len(estimator["classes"]) == 16
 
 
+@pytest.mark.slow
 def test_the_bfloat16_export_takes_and_returns_float32(scoped):
   for engine, results in scoped["bfloat16"].items():
     assert results["signature"] == {"inputs": {"image": "float32"},

@@ -52,6 +52,7 @@ def _numeric(values):
   return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init", ["saver", "slim"])
 def test_scaffold_init_fn_warm_starts_a_fresh_run_once(tmp_path, init):
   results = contract_programs.run_both("scaffold_init_fn.py", tmp_path, f"--init={init}")
@@ -65,6 +66,7 @@ def test_scaffold_init_fn_warm_starts_a_fresh_run_once(tmp_path, init):
   _assert_close(results["estimator"], results["distribute"])
 
 
+@pytest.mark.slow
 def test_scaffold_init_op_feed_and_local_init_op_run_as_tf1_runs_them(tmp_path):
   results = contract_programs.run_both("scaffold_init_op.py", tmp_path)
   for engine, seen in results.items():
@@ -79,6 +81,7 @@ def test_scaffold_init_op_feed_and_local_init_op_run_as_tf1_runs_them(tmp_path):
   _assert_close(results["estimator"], results["distribute"])
 
 
+@pytest.mark.slow
 def test_a_scaffold_whose_init_op_leaves_a_variable_out_stops_both_alike(tmp_path):
   results = contract_programs.run_both("scaffold_init_op.py", tmp_path, "--uninitialized")
   assert results["estimator"] == {
@@ -107,6 +110,7 @@ def test_tensor_initial_values_are_tf1s_under_the_seed(initial_values):
   _assert_close(results["estimator"], results["distribute"])
 
 
+@pytest.mark.slow
 def test_tensor_initial_values_follow_the_seed(initial_values, tmp_path):
   other = contract_programs.run("tensor_initial_value.py", "distribute", tmp_path,
                                 "--seed=7")[0]["at_start"]
@@ -116,6 +120,7 @@ def test_tensor_initial_values_follow_the_seed(initial_values, tmp_path):
     assert not np.allclose(other[name], at_42[name]), name
 
 
+@pytest.mark.slow
 def test_checkpoints_carry_their_meta_graph_as_the_estimator_writes_it(tmp_path):
   results = contract_programs.run_both("meta_graph_copy.py", tmp_path)
   seen = results["distribute"]
@@ -133,6 +138,7 @@ def test_checkpoints_carry_their_meta_graph_as_the_estimator_writes_it(tmp_path)
   _assert_close(results["estimator"], seen)
 
 
+@pytest.mark.slow
 def test_no_graph_files_when_the_run_config_says_so(tmp_path):
   results = contract_programs.run_both("meta_graph_copy.py", tmp_path, "--nosave_graph_def")
   assert results["distribute"]["files"] == [
@@ -293,6 +299,7 @@ def _child(out_dir):
   return 0
 
 
+@pytest.mark.slow
 def test_mirrored_replicas_each_start_from_the_twins_values(tmp_path):
   if stacks.NAME == "tf2.15":  # choose.build_distribute_engine refuses the strategy there
     pytest.skip("TF 2.15's TF 1 optimizers lose their slots across replicas")

@@ -42,6 +42,7 @@ def _serve(export_dir):
   return tf.saved_model.load(os.path.join(export_dir, version))
 
 
+@pytest.mark.slow
 def test_mnist_like_trains_evaluates_predicts_and_exports(tmp_path):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
   _run("mnist_like/mnist_tpu.py", f"--model_dir={model_dir}", f"--export_dir={export_dir}",
@@ -55,6 +56,7 @@ def test_mnist_like_trains_evaluates_predicts_and_exports(tmp_path):
   assert outputs["probabilities"].shape == (3, 10)
 
 
+@pytest.mark.slow
 def test_resnet_like_async_checkpoints_then_its_eval_job_and_export(tmp_path):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
   common = [f"--model_dir={model_dir}", "--train_steps=10", "--iterations_per_loop=5",
@@ -72,6 +74,7 @@ def test_resnet_like_async_checkpoints_then_its_eval_job_and_export(tmp_path):
   assert outputs["probabilities"].shape == (3, 10)
 
 
+@pytest.mark.slow
 def test_bert_like_starts_from_its_init_checkpoint_once(tmp_path):
   config = tmp_path / "bert_config.json"
   config.write_text(json.dumps(BERT_CONFIG))
@@ -99,6 +102,7 @@ def test_bert_like_starts_from_its_init_checkpoint_once(tmp_path):
     ("efficientnet_like/main.py", ("head/kernel/ExponentialMovingAverage",)),
     ("mnasnet_like/mnasnet_main.py", ("logits/kernel/ExponentialMovingAverage",)),
 ], ids=["efficientnet_like", "mnasnet_like"])
+@pytest.mark.slow
 def test_moving_average_models_train_evaluate_from_the_averages_and_export(
     tmp_path, program, names):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
@@ -111,6 +115,7 @@ def test_moving_average_models_train_evaluate_from_the_averages_and_export(
   assert len(os.listdir(export_dir)) == 1
 
 
+@pytest.mark.slow
 def test_albert_like_through_tensorflow_compat_v1_estimator(tmp_path):
   output_dir = str(tmp_path / "albert")
   _run("albert_like/run_pretraining.py", f"--output_dir={output_dir}", "--do_train",
