@@ -72,6 +72,16 @@ def activate():
   # TensorFlow's own switch, module-global like tensor_shape's; `deprecation.silence()`
   # is the same flag as a context manager, which cannot span a whole program.
   deprecation._PRINT_DEPRECATION_WARNINGS = False
+  from estimator_tpu import stacks
+  # TF 2.15's own tf.compat.v1.estimator is this API module tree ("TPUConfig is deprecated").
+  if stacks.NAME == "tf2.15":
+    importlib.import_module(_TF215_ESTIMATOR_V1)
+    quiet_api_modules(_TF215_ESTIMATOR_V1)
+    quiet_api_modules(stacks.estimator.__name__)  # the tree stacks.tpu is (the engines read it)
+  # ESTIMATOR_TPU_STRATEGY checked, and a multi-worker cluster set up before TensorFlow starts
+  # its runtime (below, graph mode and Keras' layers do); the engines read the names above.
+  from estimator_tpu.engines import choose
+  choose.prepare_program_strategy()
   execution = os.environ.get(EXECUTION_ENV, "graph")
   if execution not in ("graph", "eager"):
     raise ValueError(f"{EXECUTION_ENV}={execution!r} is not an execution mode: use graph "
@@ -81,20 +91,10 @@ def activate():
   if execution == "graph":
     tf.compat.v1.disable_eager_execution()
   tf_logger.print_once()
-  from estimator_tpu import stacks
   from estimator_tpu import tf_standins
   from estimator_tpu.compat import layer_hooks
   layer_hooks.install(stacks.keras.layers.Layer)
   tf_standins.restore_estimator_attributes()
-  # TF 2.15's own tf.compat.v1.estimator is this API module tree ("TPUConfig is deprecated").
-  if stacks.NAME == "tf2.15":
-    importlib.import_module(_TF215_ESTIMATOR_V1)
-    quiet_api_modules(_TF215_ESTIMATOR_V1)
-    quiet_api_modules(stacks.estimator.__name__)  # the tree stacks.tpu is (the engines read it)
-  # ESTIMATOR_TPU_STRATEGY checked, and a multi-worker cluster set up before TensorFlow's
-  # first op (after the API modules are quiet: the engines read TF 2.15's deprecated names).
-  from estimator_tpu.engines import choose
-  choose.prepare_program_strategy()
   # Keras 2's legacy layers say the same through Python warnings, once per call site.
   warnings.filterwarnings("ignore", message=_KERAS_DEPRECATION, category=UserWarning)
   tf_logger.info("estimator_tpu.compat active: TF %s as tf.compat.v1 with tf.contrib, "
