@@ -174,9 +174,6 @@ def _two_replica_child(model_dir):
 
 
 def test_eval_metric_ops_are_exact_over_two_replicas(tmp_path):
-  from estimator_tpu import stacks
-  if stacks.NAME == "tf2.15":
-    pytest.skip("the distribute engine refuses MirroredStrategy on TensorFlow 2.15")
   one_device, _, _ = run("eval_metric_ops.py", "estimator", tmp_path)
   model_dir = str(tmp_path / "two_replicas")
   shutil.copytree(str(tmp_path / "estimator" / "model"), model_dir)

@@ -301,8 +301,6 @@ def _child(out_dir):
 
 @pytest.mark.slow
 def test_mirrored_replicas_each_start_from_the_twins_values(tmp_path):
-  if stacks.NAME == "tf2.15":  # choose.build_distribute_engine refuses the strategy there
-    pytest.skip("TF 2.15's TF 1 optimizers lose their slots across replicas")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
   process = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=REPO_DIR, env=env,
                            capture_output=True, text=True, timeout=300)
