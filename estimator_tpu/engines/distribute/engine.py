@@ -574,6 +574,21 @@ class DistributeEngine(surface.EstimatorSurface):
       voice.no_steps()
     return state["loss"]
 
+  def _session_restored(self, runner, path):
+    """An evaluate() or predict() session's start, as MonitoredSession's; returns the global step.
+
+    The hooks' begin, the session (local variables from their initial values,
+    the checkpoint at path restored), then their after_create_session.
+    """
+    runner.begin()
+    with voice.session_creation():
+      self._locals.reset(self._store, self.strategy)
+      with self.strategy.scope():
+        self._restore(path)
+    step = self._global_step()
+    runner.after_create_session(step)
+    return step
+
   def _check_stepped(self, step, count):
     new_step = self._global_step()
     if new_step != step + count:
@@ -677,13 +692,7 @@ class DistributeEngine(surface.EstimatorSurface):
     runner = self._hook_runner(ModeKeys.EVAL, [*(hooks or []), *voice.evaluation_steps(steps)],
                                trace, iterator, updates or None)[0]
     started = voice.starting_evaluation()
-    runner.begin()
-    with voice.session_creation():
-      with self.strategy.scope():
-        self._restore(path)
-      self._locals.reset(self._store, self.strategy)
-    step = self._global_step()
-    runner.after_create_session(step)
+    step = self._session_restored(runner, path)
     metrics, loss = None, surface.MeanLoss()
 
     def run(leaves):
@@ -738,13 +747,7 @@ class DistributeEngine(surface.EstimatorSurface):
         ModeKeys.PREDICT, hooks or [], trace, iterator,
         {name: trace.spec.predictions[name] for name in names} if are_dict and predict_keys
         else trace.spec.predictions)[0]  # what the estimator's session.run fetches
-    runner.begin()
-    with voice.session_creation():
-      with self.strategy.scope():
-        self._restore(path)
-      self._locals.reset(self._store, self.strategy)
-    step = self._global_step()
-    runner.after_create_session(step)
+    step = self._session_restored(runner, path)
     batch = {}
 
     def run(leaves):
