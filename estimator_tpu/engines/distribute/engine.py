@@ -87,6 +87,14 @@ def _call_model_fn(model_fn, features, labels, mode, params, config, store):
   return spec
 
 
+def _on_the_host_cpu(strategy):
+  """A OneDeviceStrategy on a CPU: the input pipeline's own device."""
+  if not isinstance(strategy, tf.distribute.OneDeviceStrategy):
+    return False
+  device, = strategy.extended.worker_devices
+  return tf.DeviceSpec.from_string(device).device_type == "CPU"
+
+
 def _features_and_labels(element):
   """A dataset element as TPUEstimator reads it: (features, labels), or features alone."""
   if isinstance(element, tuple) and len(element) == 2:
@@ -220,6 +228,12 @@ class DistributeEngine(surface.EstimatorSurface):
 
     if self._seed is not None:
       tf.random.set_seed(self._seed)
+    if _on_the_host_cpu(self.strategy):
+      # One replica on the host's CPU: the batches are already where the step runs. The
+      # strategy's distributed iterator (a MultiDeviceIterator prefetching to that CPU) made
+      # every ResNet-50 step ~1.45x slower here (benchmarks/README.md). The same input
+      # context as the strategy's: one pipeline, one replica.
+      return dataset_fn(tf.distribute.InputContext())
     options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
     return self.strategy.distribute_datasets_from_function(dataset_fn, options)
 
