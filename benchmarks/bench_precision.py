@@ -23,7 +23,6 @@ bfloat16 run takes ~4 minutes (emulated), a float32 run ~35 s.
 """
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -43,9 +42,8 @@ from estimator_tpu.data import input_pipeline
 from estimator_tpu.export import saved_model
 from estimator_tpu.model import precision as precision_lib
 from estimator_tpu.run import assemble
+from estimator_tpu.run import curves
 from estimator_tpu.serving import predict as serving_predict
-
-CURVES = "eval_history.jsonl"
 
 
 def parse_args():
@@ -89,13 +87,11 @@ def train_flags(args, data_dir, work_dir, precision, seed):
 def eval_images(data_dir):
   """The encoded validation images, in file order."""
   files = sorted(tf.io.gfile.glob(os.path.join(data_dir, "validation-*")))
-  return [tf.train.Example.FromString(record.numpy()).features.feature[
-      "image/encoded"].bytes_list.value[0] for record in tf.data.TFRecordDataset(files)]
+  return [item.image_bytes for item in serving_predict.tfrecord_items(files)]
 
 
 def last_accuracy(model_dir):
-  with open(os.path.join(model_dir, CURVES)) as f:
-    return json.loads(f.read().splitlines()[-1])["accuracy"]
+  return curves.read_history(model_dir)[-1]["accuracy"]
 
 
 def agreement(run_dir, images):
