@@ -16,9 +16,10 @@ LR_SCHEDULES = ("cosine", "step", "constant")
 MODES = ("train", "eval", "train_and_eval")
 STRATEGIES = ("none", "one_device", "mirrored", "multi_worker")
 AUGMENT_ON = ("auto", "host", "device")
-# What runs the model_fn: TPUEstimator's TF 1 sessions, or tf.functions under a
-# tf.distribute strategy (engines/distribute/engine.py); auto picks per run.
-ENGINES = ("auto", "estimator", "distribute")
+# What runs the model_fn: TPUEstimator's TF 1 sessions, tf.functions under a
+# tf.distribute strategy (engines/distribute/engine.py), or steps lowered by
+# TensorFlow and run by JAX (engines/jax/engine.py); auto picks per run.
+ENGINES = ("auto", "estimator", "distribute", "jax")
 # --precision: what the network computes in (variables stay float32).
 PRECISIONS = precision_lib.PRECISIONS
 # --eval_crop of a new run that does not give it: the central 224 of 256 at

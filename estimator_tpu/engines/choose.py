@@ -61,6 +61,8 @@ def build_estimator(config, class_names=None, model_fn=model_fn_lib.model_fn,
   model_fn = device_augmentation.with_device_augmentation(model_fn)
   if r.engine == "distribute":
     return build_distribute_engine(config, params, model_fn, resolver_fn, user_model_fn)
+  if r.engine == "jax":
+    return build_jax_engine(config, params, model_fn, user_model_fn)
   if r.strategy != "none":
     return strategy_estimator.build_strategy_estimator(config, params, model_fn)
   return tpu_estimator.build_tpu_estimator(config, params, model_fn, resolver_fn)
@@ -237,6 +239,30 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
                                             export_model_fn or model_fn))
 
 
+def build_jax_engine(config, params, model_fn, export_model_fn=None):
+  """The JaxEngine for config (--engine=jax): JAX's devices by --strategy (devices.py)."""
+  from estimator_tpu.engines.jax import devices as jax_devices  # pylint: disable=import-outside-toplevel
+  from estimator_tpu.engines.jax import engine as jax_engine  # pylint: disable=import-outside-toplevel
+  t, r = config.train, config.runtime
+  try:
+    devices = jax_devices.for_run(r.strategy, r.use_tpu)
+  except jax_devices.DeviceError as e:
+    raise config_lib.ConfigError(str(e)) from e
+  export_config = config.replace("runtime", use_tpu=False, strategy="none", engine="estimator",
+                                 jit_compile=False, use_bfloat16=False).replace(
+                                     "model", precision=precision.FLOAT32)
+  try:
+    return jax_engine.JaxEngine(
+        model_fn, params, r.model_dir, t.train_batch_size, t.eval_batch_size, devices=devices,
+        use_tpu=r.use_tpu, iterations_per_loop=r.iterations_per_loop,
+        save_checkpoints_steps=t.save_checkpoints_steps or t.steps_per_eval,
+        seed=t.seed or None, warm_start_from=t.warm_start_from or None,
+        export_estimator_fn=lambda: _exporter(export_config, params.get("class_names"),
+                                              export_model_fn or model_fn))
+  except ValueError as e:  # a batch that does not divide over the devices
+    raise config_lib.ConfigError(f"--engine=jax: {e}") from e
+
+
 def _exporter(config, class_names, model_fn):
   """The TPUEstimator (off TPU, one process) that exports the distribute engine's checkpoints."""
   with strategies.tf_config_hidden():
@@ -245,6 +271,8 @@ def _exporter(config, class_names, model_fn):
 
 def describe_engine(estimator, runtime):
   """'distribute (MirroredStrategy, 2 replicas)' or 'estimator (TPUEstimator on CPU/GPU)'."""
+  if getattr(estimator, "engine_name", None) == "jax":
+    return f"jax ({estimator.describe()})"
   if isinstance(estimator, distribute_engine.DistributeEngine):
     return f"distribute ({estimator.describe()})"
   if isinstance(estimator, strategy_estimator.StrategyEstimator):

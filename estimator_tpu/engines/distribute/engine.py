@@ -272,7 +272,7 @@ class DistributeEngine(surface.EstimatorSurface):
     carry: None, or (leaves, source) to carry out for the hooks (step_trace.carried).
     """
     with step_trace.model_scope(), self._store.scope(), \
-        optimizer_rules.applied(self.strategy), warnings.catch_warnings():
+        self._optimizer_rules(), warnings.catch_warnings():
       warnings.filterwarnings("ignore", message=".*layer.updates.*")
       # TF 1 summary ops traced in a function: their values reach hooks (SummarySaverHook).
       warnings.filterwarnings("ignore", message="Cannot activate TF2 compatibility support")
@@ -285,6 +285,10 @@ class DistributeEngine(surface.EstimatorSurface):
       carried = step_trace.carried(*carry, self._store) if carry else {}
     self.step_graphs[mode] = tf.compat.v1.get_default_graph()
     return spec, carried
+
+  def _optimizer_rules(self):
+    """Around each replica's model_fn call: how TF 1 optimizers combine the replicas' gradients."""
+    return optimizer_rules.applied(self.strategy)
 
   def _function(self, name, python_fn):
     if name not in self._functions:

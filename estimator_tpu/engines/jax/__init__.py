@@ -1,0 +1,1 @@
+"""--engine=jax: the TPUEstimator contract with each step lowered by TensorFlow and run by JAX."""

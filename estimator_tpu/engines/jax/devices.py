@@ -1,0 +1,153 @@
+"""The replicas of a JAX engine run: JAX devices in one mesh, and how values are laid over them.
+
+Every replica is one JAX device: by default all of them (every local device,
+and with `jax.distributed` every host's), in a one-axis `Mesh` the engine's
+step runs over with `shard_map`. A run's values take one of two layouts:
+
+- per replica, `[replicas, ...]` split over the mesh's axis: the variables
+  (each device holds its own copy, as a TPU core does: batch norm statistics
+  differ per replica, trained weights stay equal because their gradients are
+  summed), and each replica's batch;
+- stacked over steps as well, `[steps, replicas, ...]`, for a loop of
+  `iterations_per_loop` steps.
+
+A host makes the part of a global value its own devices hold
+(`jax.make_array_from_process_local_data`), so the same code runs on one
+device, on every GPU of a machine and on every host of a TPU slice.
+"""
+
+import json
+import os
+
+import numpy as np
+
+import jax
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
+
+AXIS = "replicas"
+# --strategy on the JAX engine: the devices each takes.
+STRATEGY_RULES = {
+    "none": "every JAX device (every host's after jax.distributed)",
+    "mirrored": "every JAX device, as none",
+    "one_device": "the first local JAX device",
+    "multi_worker": "every device of every host: jax.distributed over TF_CONFIG's cluster",
+}
+
+
+class DeviceError(ValueError):
+  """The devices a run asks for are not there; the message says what to do."""
+
+
+def for_run(strategy, use_tpu, environ=os.environ):
+  """The Devices of a --engine=jax run with --strategy and --use_tpu (STRATEGY_RULES).
+
+  Raises:
+    DeviceError: --use_tpu where JAX has no TPU, an unknown strategy, or a
+      TF_CONFIG multi_worker cannot start from.
+  """
+  if strategy not in STRATEGY_RULES:
+    raise DeviceError(f"--strategy={strategy} is not for --engine=jax: use one of "
+                      f"{', '.join(STRATEGY_RULES)}")
+  if strategy == "multi_worker":
+    initialize_distributed(environ)
+  platform = jax.default_backend()
+  if use_tpu and platform != "tpu":
+    raise DeviceError(f"--use_tpu with --engine=jax needs JAX's TPU backend; JAX runs on "
+                      f"{platform} here (install jax[tpu] on a TPU VM, or leave --use_tpu out)")
+  if strategy == "one_device":
+    return Devices(jax.local_devices()[:1])
+  return Devices(jax.devices())
+
+
+def initialize_distributed(environ=os.environ):
+  """jax.distributed over TF_CONFIG's cluster: the chief (else worker 0) coordinates.
+
+  Each task of TF_CONFIG is one JAX process, in the order chief, then
+  workers; the coordinator listens at the first task's address. Without
+  TF_CONFIG, JAX finds the cluster itself (Cloud TPU slices, SLURM, ...).
+  """
+  if jax.process_count() > 1:
+    return
+  raw = environ.get("TF_CONFIG")
+  if not raw:
+    jax.distributed.initialize()
+    return
+  try:
+    config = json.loads(raw)
+    cluster, task = config["cluster"], config["task"]
+    tasks = [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind, [])))]
+    addresses = [cluster[kind][i] for kind, i in tasks]
+    process_id = tasks.index((task["type"], int(task["index"])))
+  except (ValueError, KeyError, TypeError) as e:
+    raise DeviceError(f"TF_CONFIG={raw!r} names no chief/worker cluster and task for "
+                      f"--strategy=multi_worker ({e})") from None
+  if jax.default_backend() == "cpu" or not environ.get("JAX_PLATFORMS"):
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=addresses[0], num_processes=len(addresses),
+                             process_id=process_id)
+
+
+class Devices:
+  """The mesh of a run's replicas.
+
+  Args:
+    devices: the JAX devices, one per replica, in replica order.
+  """
+
+  def __init__(self, devices):
+    self.devices = list(devices)
+    self.mesh = Mesh(np.array(self.devices), (AXIS,))
+    self.local = [d for d in self.devices if d.process_index == jax.process_index()]
+    self.platform = self.devices[0].platform
+
+  @property
+  def num_replicas(self):
+    return len(self.devices)
+
+  @property
+  def num_local(self):
+    return len(self.local)
+
+  @property
+  def num_hosts(self):
+    return len({d.process_index for d in self.devices})
+
+  def describe(self):
+    """'2 cpu devices', '8 tpu devices over 2 hosts': what the engine's first line says."""
+    count = self.num_replicas
+    text = f"{count} {self.platform} device{'s' if count != 1 else ''}"
+    hosts = self.num_hosts
+    return text + (f" over {hosts} hosts" if hosts > 1 else "")
+
+  def sharding(self, leading_steps=False):
+    """Values laid per replica (`[replicas, ...]`), or per step and replica."""
+    spec = PartitionSpec(None, AXIS) if leading_steps else PartitionSpec(AXIS)
+    return NamedSharding(self.mesh, spec)
+
+  def replicated_copies(self, value):
+    """A host value as every replica's copy of it: `[replicas, *value.shape]`."""
+    value = np.asarray(value)
+    local = np.broadcast_to(value, (self.num_local, *value.shape))
+    return jax.make_array_from_process_local_data(self.sharding(), local)
+
+  def from_local(self, local, leading_steps=False):
+    """This host's part (its replicas' values, `[(steps,) local replicas, ...]`) of a global value."""
+    return jax.make_array_from_process_local_data(self.sharding(leading_steps), local)
+
+  def sub(self, count):
+    """The mesh of this host's first `count` devices (a last group of batches too few for all)."""
+    return Devices(self.local[:count])
+
+
+def local_values(array):
+  """This host's replicas' values of a per-replica array: `[local replicas, ...]` in NumPy."""
+  shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
+  return np.concatenate([np.asarray(s.data) for s in shards], axis=0)
+
+
+def local_values_over_steps(array):
+  """local_values of a `[steps, replicas, ...]` array: `[steps, local replicas, ...]`."""
+  shards = sorted(array.addressable_shards, key=lambda s: s.index[1].start or 0)
+  return np.concatenate([np.asarray(s.data) for s in shards], axis=1)

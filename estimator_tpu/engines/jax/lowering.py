@@ -1,0 +1,221 @@
+"""A TensorFlow step as a JAX function: TensorFlow's XLA bridge lowers it, JAX compiles and runs it.
+
+`jax.experimental.jax2tf.call_tf` does this for pure TensorFlow functions;
+a model_fn's step is not pure: it reads and updates the program's
+variables. TensorFlow's XLA bridge already turns such a function into a
+pure one -- the variables it captures become parameters of the lowered
+computation after the function's own arguments, and its results come
+first in the computation's results (the variables' updated values follow) --
+so a step that returns every variable's value after its update is, lowered,
+a function of explicit state: `(args..., variables...) -> (results...)`.
+
+`LoweredStep` holds such a step; `LoweredStep.bind` is the JAX function. Its
+primitive lowers, on each platform JAX lowers for (cpu, cuda, rocm, tpu), to
+the computation TensorFlow's XLA bridge gives for that platform, called from
+JAX's module, as call_tf does; `jax.export` serializes it like any JAX
+function.
+"""
+
+import functools
+import re
+
+import numpy as np
+
+import jax
+from jax.extend import core as jax_core
+from jax.extend import mlir as jax_mlir
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import func as func_dialect
+from jax.extend.mlir.dialects import stablehlo
+from jax.interpreters import mlir
+import tensorflow as tf
+from tensorflow.python.eager import wrap_function
+from tensorflow.python.util import object_identity
+
+# TensorFlow's name for each platform JAX lowers for.
+TF_PLATFORMS = {"cpu": "CPU", "cuda": "GPU", "rocm": "GPU", "tpu": "TPU"}
+
+_step_p = jax_core.Primitive("tensorflow_step")
+_step_p.multiple_results = True
+
+
+class LoweringError(ValueError):
+  """TensorFlow's XLA bridge cannot lower the step (an op with no XLA kernel, a dynamic shape)."""
+
+
+class LoweredStep:
+  """A step of explicit arguments that reads and updates captured variables, for JAX.
+
+  The step is traced once; what its results and its stateful ops do not need
+  (a class-name lookup the host makes instead, say) is pruned away, as
+  TensorFlow's runtime prunes a function before it runs it, so that
+  TensorFlow's XLA bridge compiles only that.
+
+  Args:
+    python_fn: (*flat args) -> a flat list of tensors; the variables it
+      reads are made outside it (captured).
+    arg_specs: the tf.TensorSpecs it is traced for (a flat list).
+    name: a name for the lowered computation (error messages, the module).
+
+  Attributes:
+    variables: the captured tf.Variables, in the order the lowered
+      computation takes their values (after the arguments).
+    out_avals: jax.core.ShapedArrays of the function's flat results.
+  """
+
+  def __init__(self, python_fn, arg_specs, name):
+    self.name = name
+    self._arg_specs = list(arg_specs)
+    self._function = _pruned_for_xla(python_fn, self._arg_specs)
+    self.concrete = self._function.get_concrete_function(*self._arg_specs)
+    self.variables, self._constants = _captures(self.concrete)
+    self.out_avals = tuple(_aval(t.shape, t.dtype, f"result {i} of {name}")
+                           for i, t in enumerate(self.concrete.outputs))
+    self._hlo = {}
+
+  def hlo(self, tf_platform):
+    """The serialized HloModule TensorFlow's XLA bridge lowers the step to, for tf_platform."""
+    if tf_platform not in self._hlo:
+      try:
+        self._hlo[tf_platform] = self._function.experimental_get_compiler_ir(
+            *self._arg_specs)(stage="hlo_serialized", platform_name=tf_platform)
+      except (tf.errors.OpError, ValueError) as e:
+        raise LoweringError(unlowerable_message(str(e), self.name, tf_platform)) from None
+    return self._hlo[tf_platform]
+
+  def bind(self, variables, *args):
+    """The step's flat results, as JAX values: variables (in self.variables' order), then args."""
+    return _step_p.bind(*args, *variables, step=self)
+
+  # A primitive's parameters are hashed: a step is itself, whatever it holds.
+  __hash__ = object.__hash__
+  __eq__ = object.__eq__
+
+
+def _pruned_for_xla(python_fn, arg_specs):
+  """python_fn as a jit_compile tf.function of only what its results and stateful ops need."""
+  traced = tf.function(python_fn, autograph=False).get_concrete_function(*arg_specs)
+  graph = traced.graph
+  captured = object_identity.ObjectIdentitySet(graph.internal_captures)
+  feeds = [t for t in graph.inputs if t not in captured]
+  wrapped = wrap_function.WrappedFunction(graph, wrap_function.VariableHolder())
+  num_outputs = len(graph.outputs)
+  pruned = wrapped.prune(feeds=feeds, fetches=list(graph.outputs) + list(graph.control_outputs))
+
+  def step(*args):
+    return pruned(*args)[:num_outputs]
+
+  return tf.function(step, autograph=False, jit_compile=True)
+
+
+def _captures(concrete):
+  """(the captured variables in capture order, {capture index: constant value} of the rest)."""
+  by_handle = {id(v.handle): v for v in concrete.variables}
+  variables, constants = [], {}
+  for i, captured in enumerate(concrete.captured_inputs):
+    if captured.dtype == tf.resource:
+      variable = by_handle.get(id(captured))
+      if variable is None:
+        raise LoweringError(
+            f"the step captures a TensorFlow resource that is not a variable ({captured}): "
+            "a lookup table, iterator or summary writer cannot be state of a JAX step; "
+            "build it in the input_fn or a host_call")
+      variables.append(variable)
+    else:
+      constants[i] = np.asarray(captured)
+  return variables, constants
+
+
+def _aval(shape, dtype, what):
+  if not shape.is_fully_defined():
+    raise LoweringError(f"{what} has the shape {shape}: a JAX step needs static shapes "
+                        "(batch with drop_remainder=True)")
+  if dtype == tf.string:
+    raise LoweringError(f"{what} is a string tensor: JAX has no strings; decode it in the input_fn")
+  return jax.core.ShapedArray(tuple(shape.as_list()), jax.dtypes.canonicalize_dtype(
+      dtype.as_numpy_dtype))
+
+
+def unlowerable_message(error, step_name, tf_platform):
+  """One line from TensorFlow's refusal: the op, where the model_fn made it, what to do."""
+  found = re.search(r"Detected unsupported operations when trying to compile graph .*? on "
+                    r"(\S+): (\w+) \(No registered '(\w+)' OpKernel", error)
+  if found:
+    device, _, op = found.groups()
+    node = re.search(r"\{\{node ([^}]+)\}\}", error)
+    where = f" (node {node.group(1)!r})" if node else ""
+    return (f"the {step_name} uses the op {op}{where}, which TensorFlow's XLA bridge cannot lower "
+            f"for {device}: the JAX engine runs only XLA-compilable steps (as a TPU does); move "
+            "it to the input_fn or a host_call, or run with --engine=distribute")
+  first = error.strip().splitlines()[0] if error.strip() else error
+  return f"TensorFlow's XLA bridge cannot lower the {step_name} for {tf_platform}: {first}"
+
+
+# The primitive.
+
+def _abstract_eval(*avals, step):
+  del avals
+  return step.out_avals
+
+
+_step_p.def_abstract_eval(_abstract_eval)
+
+
+def _impl(*args, step):
+  """Outside jax.jit: the step compiled on its own."""
+  return jax.jit(functools.partial(_step_p.bind, step=step))(*args)
+
+
+_step_p.def_impl(_impl)
+
+
+def _lowering(ctx, *operands, platform, step):
+  """Calls TensorFlow's lowering of step for platform from the module JAX is building."""
+  module = ir.Module.parse(jax_mlir.hlo_to_stablehlo(step.hlo(TF_PLATFORMS[platform])))
+  main = ir.SymbolTable(module.operation)["main"]
+  param_types = list(main.type.inputs)
+  result_types = list(main.type.results)
+  operands = list(operands)
+  constants = [mlir.ir_constant(value) for _, value in sorted(step._constants.items())]  # pylint: disable=protected-access
+  # The captures: the variables (operands after the arguments), then the constants, in
+  # capture order; a step whose captures interleave them is given them interleaved.
+  num_args = len(operands) - len(step.variables)
+  captured = _in_capture_order(operands[num_args:], constants, step)
+  operands = operands[:num_args] + captured
+  if len(operands) != len(param_types):
+    raise LoweringError(
+        f"the {step.name} lowered to a computation of {len(param_types)} parameters for "
+        f"{len(operands)} values (arguments and captured variables): a captured tensor "
+        "was folded into a constant; give it to the step as an argument")
+  operands = [_converted(x, t) for x, t in zip(operands, param_types)]
+  callee = mlir.merge_mlir_modules(ctx.module_context.module, f"tensorflow_{step.name}",
+                                   module, dst_symtab=ctx.module_context.symbol_table)
+  call = func_dialect.CallOp(result_types, ir.FlatSymbolRefAttr.get(callee), operands)
+  results = list(call.results)[:len(step.out_avals)]
+  return [_converted(r, _ir_type(ctx, aval)) for r, aval in zip(results, ctx.avals_out)]
+
+
+def _in_capture_order(variable_values, constants, step):
+  values, variables, constants = [], iter(variable_values), iter(constants)
+  for captured in step.concrete.captured_inputs:
+    values.append(next(variables) if captured.dtype == tf.resource else next(constants))
+  return values
+
+
+def _ir_type(ctx, aval):
+  try:  # jax >= 0.8 asks for the module context
+    return mlir.aval_to_ir_type(ctx.module_context, aval)
+  except TypeError:
+    return mlir.aval_to_ir_type(aval)
+
+
+def _converted(value, ir_type):
+  """value as ir_type: JAX without x64 holds TensorFlow's 64-bit values (int64 steps) in 32 bits."""
+  if value.type == ir_type:
+    return value
+  return stablehlo.ConvertOp(ir_type, value).result
+
+
+for _platform in TF_PLATFORMS:
+  mlir.register_lowering(_step_p, functools.partial(_lowering, platform=_platform),
+                         platform=_platform)

@@ -1,0 +1,138 @@
+"""A lowered replica step run by JAX on every replica of the mesh: loops of training steps, or one.
+
+The replica step (lowering.LoweredStep) takes the variables it captured and
+a replica's batch, and returns its results followed by the new value of each
+variable it updates (`finals`). `MeshStep` runs it under `jax.jit` and
+`shard_map` over the mesh: each device holds its replica's copy of the
+variables (`[replicas, ...]`) and gets its replica's batch.
+
+- training (`loop=True`) runs `steps` steps per call, the batches stacked
+  `[steps, replicas, ...]` and the steps a `lax.scan`, the variables donated:
+  one host round trip per `iterations_per_loop` steps, as TPUEstimator's
+  training loop runs on the TPU;
+- evaluation and prediction run one step per call; a replica without a batch
+  of its own (the input's last group of batches is short of one per device)
+  runs a copy of another's and its results are dropped (`real`), its
+  variables (metric totals) left as they were.
+"""
+
+import functools
+
+import numpy as np
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+
+from estimator_tpu.engines.jax import devices as devices_lib
+
+
+class MeshStep:
+  """A LoweredStep over the mesh of `devices`.
+
+  Args:
+    lowered: the lowering.LoweredStep.
+    names: {variable: its name in the State} of lowered.variables.
+    final_names: the names of the variables whose new values follow the
+      step's results, in their order.
+    devices: devices.Devices.
+    loop: a training loop (steps per call, donated variables) or one step.
+  """
+
+  def __init__(self, lowered, names, final_names, devices, loop):
+    self._lowered = lowered
+    self._captured = [names[v.ref()] for v in lowered.variables]
+    self._finals = list(final_names)
+    self.state_names = list(dict.fromkeys(self._captured + self._finals))
+    self._num_results = len(lowered.out_avals) - len(self._finals)
+    self._devices = devices
+    self._loop = loop
+    axis = devices_lib.AXIS
+    spec = jax.sharding.PartitionSpec(axis)
+    stepped = jax.sharding.PartitionSpec(None, axis) if loop else spec
+    body = self._loop_body if loop else self._one_step
+    mapped = _shard_map(body, devices.mesh, (spec, stepped, spec), (spec, stepped))
+    self._run = jax.jit(mapped, donate_argnums=(0,) if loop else ())
+
+  def __call__(self, state, batch, real=None):
+    """Runs the step(s); returns the results as host NumPy values, the variables updated in state.
+
+    Args:
+      state: the State holding every name in state_names.
+      batch: the flat per-replica batch, this host's part: arrays
+        `[steps, local replicas, ...]` (a loop) or `[local replicas, ...]`.
+      real: [local replicas] bools, False for a replica whose batch is a copy
+        (one step only); None: all are real.
+
+    Returns:
+      The step's flat results, each `[steps, replicas, ...]` or
+      `[replicas, ...]`, over every replica of every host.
+    """
+    devices = self._devices
+    if real is None:
+      real = np.ones([devices.num_local], bool)
+    values = tuple(state.values[name] for name in self.state_names)
+    batch = [devices.from_local(np.asarray(x), leading_steps=self._loop) for x in batch]
+    new_values, results = self._run(values, batch, devices.from_local(real))
+    for name, value in zip(self.state_names, new_values):
+      state.values[name] = value
+    return [self._to_host(r) for r in results]
+
+  def _to_host(self, array):
+    if self._devices.num_hosts > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+      return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+    if self._loop:
+      return devices_lib.local_values_over_steps(array)
+    return devices_lib.local_values(array)
+
+  def _step(self, values, batch):
+    """One replica's step: (its results, its variables' values after the step)."""
+    outputs = self._lowered.bind([values[name] for name in self._captured], *batch)
+    values = dict(values, **dict(zip(self._finals, outputs[self._num_results:])))
+    return values, list(outputs[:self._num_results])
+
+  def _loop_body(self, values, batch, real):
+    del real
+    values = dict(zip(self.state_names, (v[0] for v in values)))
+
+    def step(values, batch):
+      return self._step(values, [x[0] for x in batch])
+
+    values, results = lax.scan(step, values, [x for x in batch])
+    return (tuple(values[name][None] for name in self.state_names),
+            [r[:, None] for r in results])
+
+  def _one_step(self, values, batch, real):
+    before = dict(zip(self.state_names, (v[0] for v in values)))
+    after, results = self._step(before, [x[0] for x in batch])
+    kept = functools.partial(jnp.where, real[0])
+    values = {name: kept(after[name], before[name]) for name in self.state_names}
+    return (tuple(values[name][None] for name in self.state_names),
+            [r[None] for r in results])
+
+
+def _shard_map(body, mesh, in_specs, out_specs):
+  """shard_map without JAX's replication types: TensorFlow's step is opaque to them."""
+  try:
+    return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=False)
+  except (AttributeError, TypeError):  # jax < 0.6: jax.experimental.shard_map, check_rep
+    from jax.experimental.shard_map import shard_map  # pylint: disable=import-outside-toplevel
+    return shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+
+
+def stack_steps(groups):
+  """groups[step][local replica] = a flat batch, as the flat `[steps, local replicas, ...]` batch."""
+  return [np.stack([np.stack([replica[i] for replica in group]) for group in groups])
+          for i in range(len(groups[0][0]))]
+
+
+def stack_replicas(group, num_local):
+  """Up to num_local replicas' flat batches as the flat `[local replicas, ...]` batch, and `real`.
+
+  Replicas past the group's batches get copies of its last one, marked not real.
+  """
+  real = np.arange(num_local) < len(group)
+  padded = list(group) + [group[-1]] * (num_local - len(group))
+  return [np.stack([replica[i] for replica in padded]) for i in range(len(group[0]))], real
