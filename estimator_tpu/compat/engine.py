@@ -94,7 +94,7 @@ class EngineTPUEstimator(_TPUEstimator):
                                    exporter)
     # TPUEstimator's own config: its log_step_count_steps is None (its hooks say the step rate).
     self._config = self._engine.config
-    loop.say(f"engine: distribute ({self._engine.describe()}), "
+    loop.say(f"engine: {_engine_name(self._engine)} ({self._engine.describe()}), "
              f"from {choose.program_engine_source()}")
 
   def _latest_checkpoint_of_subclass(self, member_name, args, kwargs):
@@ -210,12 +210,23 @@ def _warm_start_path(warm_start_from):
   return warm_start_from.ckpt_to_initialize_from  # WarmStartSettings
 
 
+def _engine_name(engine):
+  return getattr(engine, "engine_name", "distribute")
+
+
 def _build_engine(model_fn, run_config, params, use_tpu, train_batch_size, eval_batch_size,
                   predict_batch_size, warm_start_from, exporter):
-  return distribute_engine.DistributeEngine(
-      model_fn, params or {}, choose.program_strategy(use_tpu, run_config),
-      run_config.model_dir, train_batch_size, eval_batch_size or train_batch_size,
-      predict_batch_size or eval_batch_size or train_batch_size, use_tpu=use_tpu,
+  if choose.program_engine(use_tpu) == "jax":
+    engine_class = choose.jax_engine_class()
+    placement = {"devices": choose.program_jax_devices(use_tpu)}
+  else:
+    engine_class = distribute_engine.DistributeEngine
+    placement = {"strategy": choose.program_strategy(use_tpu, run_config)}
+  return engine_class(
+      model_fn, params or {}, model_dir=run_config.model_dir,
+      train_batch_size=train_batch_size, eval_batch_size=eval_batch_size or train_batch_size,
+      predict_batch_size=predict_batch_size or eval_batch_size or train_batch_size,
+      use_tpu=use_tpu, **placement,
       iterations_per_loop=int(run_config.tpu_config.iterations_per_loop),
       save_checkpoints_steps=run_config.save_checkpoints_steps or distribute_engine.SAVE_AT_END,
       seed=run_config.tf_random_seed, warm_start_from=_warm_start_path(warm_start_from),

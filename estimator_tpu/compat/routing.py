@@ -54,8 +54,8 @@ def tensorflows_init(estimator, *args, **kwargs):
 
 def _new(cls, *args, **kwargs):
   from estimator_tpu.compat import engine  # pylint: disable=import-outside-toplevel
-  if not issubclass(cls, engine.EngineTPUEstimator) and _chosen(cls, args, kwargs) == (
-      "distribute"):
+  if not issubclass(cls, engine.EngineTPUEstimator) and _chosen(cls, args, kwargs) in (
+      "distribute", "jax"):
     # A program may build its TPUEstimator before it first uses `tf`: the process is set
     # up for TF 1 now, before the engine enters its eager context.
     from estimator_tpu.compat import activation  # pylint: disable=import-outside-toplevel

@@ -101,11 +101,11 @@ def resolve_engine(runtime, environ=os.environ):
 
 
 ENGINE_ENV = "ESTIMATOR_TPU_ENGINE"  # how a program chooses
-_ENGINES = ("estimator", "distribute", "auto")
+_ENGINES = ("estimator", "distribute", "jax", "auto")
 
 
 def chosen_engine(use_tpu, environ=os.environ):
-  """'estimator' or 'distribute' for a program's TPUEstimator, from ESTIMATOR_TPU_ENGINE."""
+  """'estimator', 'distribute' or 'jax' for a program's TPUEstimator, from ESTIMATOR_TPU_ENGINE."""
   engine = environ.get(ENGINE_ENV, "auto").strip().lower() or "auto"
   if engine not in _ENGINES:
     raise ValueError(f"{ENGINE_ENV}={environ[ENGINE_ENV]!r} is not one of {', '.join(_ENGINES)}")
@@ -159,11 +159,13 @@ def prepare_program_strategy(environ=os.environ):
   name = program_strategy_name(False, environ)
   if name is None:
     return
-  if chosen_engine(True, environ) != "distribute":
+  engine = chosen_engine(True, environ)
+  if engine not in ("distribute", "jax"):
     raise config_lib.ConfigError(
-        f"{STRATEGY_ENV}={environ[STRATEGY_ENV]} is for {ENGINE_ENV}=distribute: TensorFlow's "
-        f"TPUEstimator takes no strategy; set {ENGINE_ENV}=distribute, or unset {STRATEGY_ENV}")
-  if name == "multi_worker":
+        f"{STRATEGY_ENV}={environ[STRATEGY_ENV]} is for {ENGINE_ENV}=distribute or jax: "
+        f"TensorFlow's TPUEstimator takes no strategy; set {ENGINE_ENV}=distribute, or unset "
+        f"{STRATEGY_ENV}")
+  if name == "multi_worker" and engine == "distribute":
     strategies.multi_worker_strategy(f"{STRATEGY_ENV}=multi_worker", environ)
 
 
@@ -186,6 +188,27 @@ def program_strategy(use_tpu, run_config, environ=os.environ):
   if name is None:
     return strategies.default_strategy()
   return strategies.make_strategy(name)
+
+
+def jax_engine_class():
+  """The JaxEngine class (JAX is imported only by runs that ask for it)."""
+  from estimator_tpu.engines.jax import engine as jax_engine  # pylint: disable=import-outside-toplevel
+  return jax_engine.JaxEngine
+
+
+def program_jax_devices(use_tpu, environ=os.environ):
+  """The JAX engine's devices for a program's TPUEstimator(use_tpu): ESTIMATOR_TPU_STRATEGY's.
+
+  Raises:
+    ConfigError: a strategy the JAX engine does not take, or use_tpu where
+      JAX has no TPU.
+  """
+  from estimator_tpu.engines.jax import devices as jax_devices  # pylint: disable=import-outside-toplevel
+  name = program_strategy_name(False, environ) or "none"
+  try:
+    return jax_devices.for_run("none" if name == "tpu" else name, use_tpu, environ)
+  except jax_devices.DeviceError as e:
+    raise config_lib.ConfigError(f"{ENGINE_ENV}=jax: {e}") from e
 
 
 def program_engine_source(environ=os.environ):

@@ -185,20 +185,36 @@ class _Step:
     self.step_trace = None
     self.host_call = None
     self._host_function = None
+    self._pending = None  # (iterator, a batch of a new shape that ended the last call's groups)
+    self._tails = {}  # the trace's host_tail.HostTails, which its _Layout keeps
 
   def get_concrete_function(self, iterator, *unused_args):
-    return _Traced(self._program(iterator.element_spec)[1].structured)
+    """Traces the step for the input's batches (the model_fn's variables are made now)."""
+    element_spec = iterator.element_spec
+    specs = _batch_specs(element_spec, self.mode)
+    if all(spec.shape.is_fully_defined() for spec in specs):
+      return _Traced(self._program(element_spec, specs)[1].structured)
+    # Batches of a shape known only when they come: traced now, lowered per shape then.
+    layout = _Layout()
+    tf.function(self._replica_fn(element_spec, layout), autograph=False).get_concrete_function(
+        *specs)
+    return _Traced(layout.structured)
 
-  def _program(self, element_spec):
-    """(the MeshStep of the replica step for batches of element_spec, its _Layout)."""
-    specs = _check_batch_specs(element_spec, self.mode)
+  def _program(self, element_spec, specs):
+    """(the MeshStep of the replica step for batches of specs, its _Layout), lowered once."""
     if specs not in self._programs:
       self._programs[specs] = self._lower(element_spec, specs)
     return self._programs[specs]
 
-  def _lower(self, structure, specs):
+  def _program_for(self, iterator, batch):
+    """_program for a batch of host arrays from iterator."""
+    specs = tuple(tf.TensorSpec(value.shape, spec.dtype) for value, spec in
+                  zip(batch, _batch_specs(iterator.element_spec, self.mode)))
+    return self._program(iterator.element_spec, specs)
+
+  def _replica_fn(self, structure, layout):
+    """The replica step as TensorFlow traces it: flat batch in, flat results and finals out."""
     engine = self._engine
-    layout = _Layout()
 
     def replica(*flat):
       features, labels = _features_and_labels(tf.nest.pack_sequence_as(structure, list(flat)))
@@ -207,10 +223,16 @@ class _Step:
       layout.reductions = collectives.reductions_made()
       names = self.final_names()
       finals = [engine._store.variables[n].read_value() for n in names]  # pylint: disable=protected-access
-      layout.set(results, names)
+      layout.set(results, names, dict(self._tails))
       return tf.nest.flatten(results) + finals
 
-    lowered = lowering.LoweredStep(replica, specs, f"{self.mode} step of the model_fn")
+    return replica
+
+  def _lower(self, structure, specs):
+    engine = self._engine
+    layout = _Layout()
+    lowered = lowering.LoweredStep(self._replica_fn(structure, layout), specs,
+                                   f"{self.mode} step of the model_fn")
     self._check(layout, lowered)
     names = {v.ref(): n for n, v in engine._store.variables.items()}  # pylint: disable=protected-access
     unknown = [v.name for v in lowered.variables if v.ref() not in names]
@@ -235,17 +257,31 @@ class _Step:
     raise NotImplementedError
 
   def _groups(self, iterator, count):
-    """Up to count groups of one batch per local replica, as flat host arrays.
+    """Up to count groups of one batch per local replica, as flat host arrays, all one shape.
+
+    A batch of another shape than the first ends the groups; it begins the
+    next call's (each shape is a step compiled for it).
 
     Returns:
       (complete groups, the batches of a last group too short for every
       replica); raises OutOfRangeError when the input has no batch left.
     """
     num_local = self._engine.devices.num_local
-    groups, group = [], []
+    groups, group, shapes = [], [], None
+    if self._pending and self._pending[0] is not iterator:
+      self._pending = None
     try:
       while len(groups) < count:
-        group.append([t.numpy() for t in tf.nest.flatten(iterator.get_next())])
+        if self._pending:
+          batch, self._pending = self._pending[1], None
+        else:
+          batch = [t.numpy() for t in tf.nest.flatten(iterator.get_next())]
+        if shapes is None:
+          shapes = [b.shape for b in batch]
+        elif [b.shape for b in batch] != shapes:
+          self._pending = (iterator, batch)
+          break
+        group.append(batch)
         if len(group) == num_local:
           groups.append(group)
           group = []
@@ -262,10 +298,12 @@ class _Layout:
     self.structured = None
     self.final_names = []
     self.reductions = 0
+    self.tails = {}
 
-  def set(self, results, final_names):
+  def set(self, results, final_names, tails):
     self.structured = results
     self.final_names = list(final_names)
+    self.tails = tails
 
   def unflatten(self, flat):
     """The step's results as host values of TensorFlow's dtypes (JAX holds 64-bit ones in 32)."""
@@ -292,7 +330,9 @@ class _TrainStep(_Step):
     host_tensors = tf.nest.map_structure(
         lambda t: tf.reshape(t, [1]) if t.shape.rank == 0 else t,
         host_call[1] if host_call else [])
-    return {"loss": loss, "host": host_tensors, "carried": carried}
+    tail = self._tails["carried"] = host_tail.HostTail(carried)
+    return {"loss": loss, "host": host_tensors, "carried": tail.device,
+            "carried_frontier": tail.frontier}
 
   def final_names(self):
     return list(self._engine._store.variables)  # pylint: disable=protected-access
@@ -308,14 +348,16 @@ class _TrainStep(_Step):
 
   def __call__(self, iterator, count):
     engine = self._engine
-    mesh_step, layout = self._program(iterator.element_spec)
     groups, _ = self._groups(iterator, int(count))
     if not groups:
       raise tf.errors.OutOfRangeError(None, None, "the input_fn's data ended")
+    mesh_step, layout = self._program_for(iterator, groups[0][0])
     results = layout.unflatten(mesh_step(engine._state, steps_lib.stack_steps(groups)))  # pylint: disable=protected-access
     self._run_host_calls(results["host"], len(groups))
     loss = np.mean(results["loss"][-1])
     carried = {key: value[:, 0] for key, value in results["carried"].items()}
+    carried.update(layout.tails["carried"].stacked(results["carried_frontier"],
+                                                   [(i, 0) for i in range(len(groups))]))
     if len(groups) < int(count):  # the data ended within the loop: the steps it had ran
       raise tf.errors.OutOfRangeError(None, None, "the input_fn's data ended")
     return _HostValue(loss), {key: _HostValue(v) for key, v in carried.items()}
@@ -348,8 +390,9 @@ class _EvalStep(_Step):
     metrics = getattr(spec, "eval_metrics", None)
     engine._metric_fn = metrics[0] if metrics else None  # pylint: disable=protected-access
     loss, examples = replica_loss.weighted(spec.loss, features, labels)
+    tail = self._tails["carried"] = host_tail.HostTail(carried)
     return {"loss": loss, "examples": examples, "metrics": metrics[1] if metrics else [],
-            "carried": carried}
+            "carried": tail.device, "carried_frontier": tail.frontier}
 
   def final_names(self):
     return sorted(self._engine._store.local_names)  # pylint: disable=protected-access
@@ -369,7 +412,7 @@ class _EvalStep(_Step):
     engine = self._engine
     groups, short = self._groups(iterator, 1)
     group = groups[0] if groups else short
-    mesh_step, layout = self._program(iterator.element_spec)
+    mesh_step, layout = self._program_for(iterator, group[0])
     batch, real = steps_lib.stack_replicas(group, engine.devices.num_local)
     results = layout.unflatten(mesh_step(engine._state, batch, real))  # pylint: disable=protected-access
     engine._state.push(layout.final_names)  # pylint: disable=protected-access
@@ -377,6 +420,7 @@ class _EvalStep(_Step):
     loss = np.sum(results["loss"][:kept]) / max(np.sum(results["examples"][:kept]), 1.0)
     metrics = tf.nest.map_structure(lambda t: tf.constant(_joined(t[:kept])), results["metrics"])
     carried = {key: value[:1] for key, value in results["carried"].items()}
+    carried.update(layout.tails["carried"].stacked(results["carried_frontier"], [(0,)]))
     return (_HostValue(np.float32(loss)), metrics,
             {key: _HostValue(v) for key, v in carried.items()})
 
@@ -395,9 +439,10 @@ class _PredictStep(_Step):
     if not are_dict:
       predictions = {"predictions": predictions}
     engine._predictions = (list(predictions), are_dict)  # pylint: disable=protected-access
-    self._tail = host_tail.HostTail(predictions)
-    return {"predictions": self._tail.device, "frontier": self._tail.frontier,
-            "carried": carried}
+    tail = self._tails["predictions"] = host_tail.HostTail(predictions)
+    carried_tail = self._tails["carried"] = host_tail.HostTail(carried)
+    return {"predictions": tail.device, "frontier": tail.frontier,
+            "carried": carried_tail.device, "carried_frontier": carried_tail.frontier}
 
   def final_names(self):
     return []
@@ -406,16 +451,17 @@ class _PredictStep(_Step):
     engine = self._engine
     groups, short = self._groups(iterator, 1)
     group = groups[0] if groups else short
-    mesh_step, layout = self._program(iterator.element_spec)
+    mesh_step, layout = self._program_for(iterator, group[0])
     batch, real = steps_lib.stack_replicas(group, engine.devices.num_local)
     results = layout.unflatten(mesh_step(engine._state, batch, real))  # pylint: disable=protected-access
     kept = len(group) if engine.devices.num_hosts == 1 else engine.num_replicas
     predictions = dict(results["predictions"])
-    predictions.update(self._tail.run(results["frontier"], kept))
+    predictions.update(layout.tails["predictions"].concatenated(results["frontier"], kept))
     predictions = {k: _HostValue(_joined(v[:kept]) if k in results["predictions"] else v)
                    for k, v in predictions.items()}
-    carried = {key: _HostValue(value[:1]) for key, value in results["carried"].items()}
-    return predictions, carried
+    carried = {key: value[:1] for key, value in results["carried"].items()}
+    carried.update(layout.tails["carried"].stacked(results["carried_frontier"], [(0,)]))
+    return predictions, {key: _HostValue(value) for key, value in carried.items()}
 
 
 def _joined(per_replica):
@@ -426,8 +472,8 @@ def _joined(per_replica):
   return per_replica.reshape((-1,) + per_replica.shape[2:])
 
 
-def _check_batch_specs(element_spec, mode):
-  """A replica batch's flat TensorSpecs: static shapes, no strings; else one line naming the tensor."""
+def _batch_specs(element_spec, mode):
+  """A replica batch's flat TensorSpecs; what a JAX step cannot take refused naming the tensor."""
   specs = []
   for path, spec in _flatten_with_paths(element_spec):
     if not isinstance(spec, tf.TensorSpec):
@@ -438,10 +484,6 @@ def _check_batch_specs(element_spec, mode):
       raise lowering.LoweringError(
           f"the {mode} input's {path or 'element'} is a string tensor: JAX devices hold no "
           "strings; decode or look it up in the input_fn")
-    if not spec.shape.is_fully_defined():
-      raise lowering.LoweringError(
-          f"the {mode} input's {path or 'element'} has the shape {spec.shape}: the JAX engine "
-          "compiles each step for static shapes, as a TPU does; batch with drop_remainder=True")
     specs.append(tf.TensorSpec(spec.shape, spec.dtype))
   return tuple(specs)
 

@@ -1,8 +1,9 @@
-"""String results of a step (class names looked up from class ids) computed on the host.
+"""String results of a step (class names, summaries for hooks) computed on the host.
 
 JAX devices hold no strings, and TensorFlow's XLA bridge lowers no string op;
-TPUEstimator's programs add string predictions off TPU all the same (a
-`tf.gather` of class names by the predicted id, a lookup table). The JAX
+TPUEstimator's programs make strings off TPU all the same: predictions (a
+`tf.gather` of class names by the predicted id, a lookup table) and what
+their hooks fetch (a SummarySaverHook's merged summaries). The JAX
 engine runs such a prediction in two parts: the device computes the numeric
 tensors the string ops read (the `frontier`), and the host runs the string
 ops on them, pruned from the traced step (pruning.py), for each replica's
@@ -42,13 +43,8 @@ class HostTail:
   def __bool__(self):
     return bool(self._host)
 
-  def run(self, frontier_values, replicas):
-    """{name: host values} of the string results, replica by replica, concatenated.
-
-    Args:
-      frontier_values: a `[replicas, ...]` array for each frontier tensor.
-      replicas: how many replicas' values to compute.
-    """
+  def compute(self, frontier_values):
+    """{name: NumPy value} of the string results from one replica's frontier values."""
     if not self._host:
       return {}
     if self._pruned is None:
@@ -56,10 +52,43 @@ class HostTail:
       self._pruned = (names, pruning.Pruned(self._graph, [self._host[n] for n in names],
                                             feeds=self.frontier))
     names, pruned = self._pruned
-    per_replica = [pruned(*[tf.constant(v[r]) for v in frontier_values]) if pruned.uses_feeds
-                   else pruned() for r in range(replicas)]
-    return {name: np.concatenate([np.atleast_1d(values[i]) for values in per_replica])
-            for i, name in enumerate(names)}
+    values = (pruned(*[tf.constant(v) for v in frontier_values]) if pruned.uses_feeds
+              else pruned())
+    return dict(zip(names, values))
+
+  def concatenated(self, frontier_values, replicas):
+    """{name: values} of the string results of the first `replicas` replicas, concatenated.
+
+    Args:
+      frontier_values: a `[replicas, ...]` array for each frontier tensor.
+      replicas: how many replicas' values to compute.
+    """
+    per_replica = self._each(frontier_values, [(r,) for r in range(replicas)])
+    return {name: np.concatenate([_objects(values[name]).reshape(-1, *np.shape(values[name])[1:])
+                                  for values in per_replica])
+            for name in self._host}
+
+  def stacked(self, frontier_values, indices):
+    """{name: values stacked on a new first axis} of the string results at each index.
+
+    Args:
+      frontier_values: an array for each frontier tensor.
+      indices: the index of each value into those arrays, e.g. (step, 0) for
+        the first replica of each step of a loop, (0,) for one step's.
+    """
+    per_index = self._each(frontier_values, indices)
+    return {name: np.stack([_objects(values[name]) for values in per_index])
+            for name in self._host}
+
+  def _each(self, frontier_values, indices):
+    return [self.compute([v[index] for v in frontier_values]) for index in indices]
+
+
+def _objects(value):
+  """A string value as TensorFlow gives it to NumPy: bytes objects (no NUL-stripped 'S' arrays)."""
+  array = np.empty(np.shape(value), dtype=object)
+  array[...] = value
+  return array
 
 
 def _frontier(tensors):

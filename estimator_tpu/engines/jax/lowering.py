@@ -172,6 +172,7 @@ _step_p.def_impl(_impl)
 def _lowering(ctx, *operands, platform, step):
   """Calls TensorFlow's lowering of step for platform from the module JAX is building."""
   module = ir.Module.parse(jax_mlir.hlo_to_stablehlo(step.hlo(TF_PLATFORMS[platform])))
+  _drop_copies(module.operation)
   main = ir.SymbolTable(module.operation)["main"]
   param_types = list(main.type.inputs)
   result_types = list(main.type.results)
@@ -193,6 +194,21 @@ def _lowering(ctx, *operands, platform, step):
   call = func_dialect.CallOp(result_types, ir.FlatSymbolRefAttr.get(callee), operands)
   results = list(call.results)[:len(step.out_avals)]
   return [_converted(r, _ir_type(ctx, aval)) for r, aval in zip(results, ctx.avals_out)]
+
+
+def _drop_copies(operation):
+  """Takes out the copies TensorFlow's bridge puts before each result (`mhlo.copy`, no StableHLO).
+
+  A copy is the identity on values; without them the module is StableHLO, which
+  jax.export serializes.
+  """
+  for region in operation.regions:
+    for block in region.blocks:
+      for op in list(block.operations):
+        _drop_copies(op.operation)
+        if op.operation.name == "mhlo.copy":
+          op.operation.results[0].replace_all_uses_with(op.operation.operands[0])
+          op.operation.erase()
 
 
 def _in_capture_order(variable_values, constants, step):

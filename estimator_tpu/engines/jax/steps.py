@@ -86,7 +86,7 @@ class MeshStep:
       return devices_lib.local_values_over_steps(array)
     return devices_lib.local_values(array)
 
-  def _step(self, values, batch):
+  def step(self, values, batch):
     """One replica's step: (its results, its variables' values after the step)."""
     outputs = self._lowered.bind([values[name] for name in self._captured], *batch)
     values = dict(values, **dict(zip(self._finals, outputs[self._num_results:])))
@@ -97,7 +97,7 @@ class MeshStep:
     values = dict(zip(self.state_names, (v[0] for v in values)))
 
     def step(values, batch):
-      return self._step(values, [x[0] for x in batch])
+      return self.step(values, [x[0] for x in batch])
 
     values, results = lax.scan(step, values, [x for x in batch])
     return (tuple(values[name][None] for name in self.state_names),
@@ -105,7 +105,7 @@ class MeshStep:
 
   def _one_step(self, values, batch, real):
     before = dict(zip(self.state_names, (v[0] for v in values)))
-    after, results = self._step(before, [x[0] for x in batch])
+    after, results = self.step(before, [x[0] for x in batch])
     kept = functools.partial(jnp.where, real[0])
     values = {name: kept(after[name], before[name]) for name in self.state_names}
     return (tuple(values[name][None] for name in self.state_names),
