@@ -36,6 +36,7 @@ import numpy as np
 
 import jax
 import tensorflow as tf
+from tensorflow.python.util import nest
 
 from estimator_tpu.engines.distribute import engine as distribute_engine
 from estimator_tpu.engines.distribute import inputs
@@ -121,6 +122,14 @@ class JaxEngine(distribute_engine.DistributeEngine):
     finally:
       self._state.push()
 
+  def _graph_twin(self, *args, **kwargs):
+    """The distribute engine's graph twin, its model_fn built as for one replica on the host.
+
+    The twin's TF 1 graph runs in a session on the CPU, where a cross-replica
+    sum (CrossShardOptimizer's) has no kernel: there it sums over one replica.
+    """
+    return _OneReplicaTwin(super()._graph_twin(*args, **kwargs))
+
   def _optimizer_rules(self):
     """TF 1 optimizers as on N TPU cores (collectives.py), not the strategy's rules."""
     return collectives.replicas(self.num_replicas)
@@ -149,6 +158,24 @@ class JaxEngine(distribute_engine.DistributeEngine):
     """(the model_fn's spec for one replica, what it carries): the distribute engine's, traced."""
     with self._store.replicas(), self._store.outside():
       return self._replica_spec(features, labels, mode, carry)
+
+
+class _OneReplicaTwin:
+  """A graph_twin.GraphTwin whose every call builds and runs the model_fn as one replica."""
+
+  def __init__(self, twin):
+    self._twin = twin
+
+  def __getattr__(self, name):
+    value = getattr(self._twin, name)
+    if not callable(value):
+      return value
+
+    def call(*args, **kwargs):
+      with collectives.replicas(1):
+        return value(*args, **kwargs)
+
+    return call
 
 
 class _HostValue:
@@ -232,7 +259,8 @@ class _Step:
     engine = self._engine
     layout = _Layout()
     lowered = lowering.LoweredStep(self._replica_fn(structure, layout), specs,
-                                   f"{self.mode} step of the model_fn")
+                                   f"{self.mode} step of the model_fn",
+                                   engine._store.variables.values())  # pylint: disable=protected-access
     self._check(layout, lowered)
     names = {v.ref(): n for n, v in engine._store.variables.items()}  # pylint: disable=protected-access
     unknown = [v.name for v in lowered.variables if v.ref() not in names]
@@ -489,6 +517,5 @@ def _batch_specs(element_spec, mode):
 
 
 def _flatten_with_paths(structure):
-  if hasattr(tf.nest, "flatten_with_joined_string_paths"):
-    return tf.nest.flatten_with_joined_string_paths(structure)
-  return [(str(i), x) for i, x in enumerate(tf.nest.flatten(structure))]
+  """[(path, leaf)] of a batch's structure in tf.nest's order: '0/image', '1' (the labels)."""
+  return nest.flatten_with_joined_string_paths(structure)

@@ -56,6 +56,8 @@ class LoweredStep:
       reads are made outside it (captured).
     arg_specs: the tf.TensorSpecs it is traced for (a flat list).
     name: a name for the lowered computation (error messages, the module).
+    known_variables: variables it may capture besides those its trace lists
+      (made outside it by the caller).
 
   Attributes:
     variables: the captured tf.Variables, in the order the lowered
@@ -63,12 +65,12 @@ class LoweredStep:
     out_avals: jax.core.ShapedArrays of the function's flat results.
   """
 
-  def __init__(self, python_fn, arg_specs, name):
+  def __init__(self, python_fn, arg_specs, name, known_variables=()):
     self.name = name
     self._arg_specs = list(arg_specs)
     self._function = _pruned_for_xla(python_fn, self._arg_specs)
     self.concrete = self._function.get_concrete_function(*self._arg_specs)
-    self.variables, self._constants = _captures(self.concrete)
+    self.variables, self._constants = _captures(self.concrete, known_variables)
     self.out_avals = tuple(_aval(t.shape, t.dtype, f"result {i} of {name}")
                            for i, t in enumerate(self.concrete.outputs))
     self._hlo = {}
@@ -108,9 +110,9 @@ def _pruned_for_xla(python_fn, arg_specs):
   return tf.function(step, autograph=False, jit_compile=True)
 
 
-def _captures(concrete):
+def _captures(concrete, known_variables):
   """(the captured variables in capture order, {capture index: constant value} of the rest)."""
-  by_handle = {id(v.handle): v for v in concrete.variables}
+  by_handle = {id(v.handle): v for v in [*known_variables, *concrete.variables]}
   variables, constants = [], {}
   for i, captured in enumerate(concrete.captured_inputs):
     if captured.dtype == tf.resource:
