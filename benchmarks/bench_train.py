@@ -141,7 +141,7 @@ DEFAULTS = {
     "flowers": {"image_size": 32, "batch_size": 32, "iterations_per_loop": 10,
                 "warmup_steps": 20, "steps": 120},
 }
-ENGINES = ("estimator", "distribute", "keras")
+ENGINES = ("estimator", "distribute", "keras", "jax")
 PHOTO_COUNT = 64
 
 
@@ -262,10 +262,10 @@ def _side(engine, config, input_fn, pattern, work_dir, sizes):
       return time_keras_fit(network, dataset, b, w, steps)
 
     return run_keras
-  if engine == "distribute":
+  if engine in ("distribute", "jax"):
     # Its own model_dir: each side resumes only its own checkpoints.
-    config = config.replace("runtime", engine="distribute", host_loop=False, model_dir=(
-        os.path.join(work_dir, f"distribute_{config.model.precision}"))).validate()
+    config = config.replace("runtime", engine=engine, host_loop=False, model_dir=(
+        os.path.join(work_dir, f"{engine}_{config.model.precision}"))).validate()
   estimator = _common.build_estimator(config)
 
   def run_estimator(steps=n):

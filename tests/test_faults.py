@@ -136,6 +136,30 @@ def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
 
 
 @pytest.mark.slow
+def test_sigterm_on_the_jax_engine_saves_the_step_in_flight_and_resumes(tmp_path, digits_dir):
+  pytest.importorskip("jax", reason="the JAX engine needs jax, which this stack's lock does not "
+                      "install")
+  config, info = assemble.prepare(
+      tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000).replace(
+          "data", data_dir=digits_dir).replace("runtime", engine="jax", strategy="one_device"),
+      None, need_train=True, need_eval=False)
+  estimator = assemble.build(config)
+  signaller = _SignalAt(at=3)
+  with preemption.Watch() as watch, pytest.raises(preemption.Preempted) as stopped:
+    loop.train_and_evaluate(estimator, config, loop.make_inputs(config, info),
+                            evaluate_each=False, watch=watch, hooks=[signaller])
+  assert signaller.sent == 1
+  step = stopped.value.step
+  # The loop of iterations_per_loop=2 steps in flight finishes: step 3's loop ends at 4.
+  assert step == 4 == loop.current_step(config.runtime.model_dir)
+  assert stopped.value.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+  resumed = assemble.build(config.replace("train", train_steps=6).validate())
+  resumed.train(loop.make_inputs(config, info).train_input_fn, max_steps=6)
+  assert loop.current_step(config.runtime.model_dir) == 6
+
+
+@pytest.mark.slow
 def test_sigterm_under_a_distribution_strategy_saves_the_step_in_flight(tmp_path, digits_dir):
   config, info = assemble.prepare(
       tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000,

@@ -1,8 +1,8 @@
-"""examples/legacy_corpus's TPUEstimator programs on the distribute engine, chosen without an edit.
+"""examples/legacy_corpus's TPUEstimator programs on the distribute and JAX engines, unedited.
 
 Each program runs as in tests/test_legacy_corpus.py, with ESTIMATOR_TPU_ENGINE=distribute
-in its environment: its `TPUEstimator(...)` is then the engine, which says so in
-the program's first line of output.
+(or =jax) in its environment: its `TPUEstimator(...)` is then the engine, which
+says so in the program's first line of output.
 """
 
 import json
@@ -22,18 +22,39 @@ from test_legacy_corpus import _results
 from test_legacy_corpus import _steps
 from test_legacy_corpus import _write_init_checkpoint
 
-ENGINE_LINE = ("[estimator_tpu] engine: distribute (OneDeviceStrategy, 1 replica), from "
-               "ESTIMATOR_TPU_ENGINE")
+ENGINE_LINES = {
+    "distribute": "[estimator_tpu] engine: distribute (OneDeviceStrategy, 1 replica), from "
+                  "ESTIMATOR_TPU_ENGINE",
+    "jax": "[estimator_tpu] engine: jax (1 cpu device), from ESTIMATOR_TPU_ENGINE"}
+ENGINE_LINE = ENGINE_LINES["distribute"]
 
 
-def _run(program, *args):
-  """Runs a corpus program on the distribute engine; returns its stdout."""
+def _has_jax():
+  try:
+    import jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    return False
+  return True
+
+
+ENGINES = ["distribute", pytest.param("jax", marks=pytest.mark.skipif(
+    not _has_jax(), reason="the JAX engine needs jax, which this stack's lock does not install"))]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+  return request.param
+
+
+def _run(engine, program, *args):
+  """Runs a corpus program on engine (ESTIMATOR_TPU_ENGINE); returns its stdout."""
   done = subprocess.run(
       [sys.executable, os.path.join(CORPUS, program), *args], cwd=REPO,
       capture_output=True, text=True, timeout=300,
-      env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE="distribute"))
+      env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE=engine,
+                      XLA_FLAGS="--xla_force_host_platform_device_count=1"))
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-  assert done.stdout.splitlines()[0] == ENGINE_LINE, done.stdout[:500]
+  assert done.stdout.splitlines()[0] == ENGINE_LINES[engine], done.stdout[:500]
   return done.stdout
 
 
@@ -43,9 +64,10 @@ def _serve(export_dir):
 
 
 @pytest.mark.slow
-def test_mnist_like_trains_evaluates_predicts_and_exports(tmp_path):
+def test_mnist_like_trains_evaluates_predicts_and_exports(engine, tmp_path):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
-  _run("mnist_like/mnist_tpu.py", f"--model_dir={model_dir}", f"--export_dir={export_dir}",
+  _run(engine, "mnist_like/mnist_tpu.py", f"--model_dir={model_dir}",
+       f"--export_dir={export_dir}",
        "--train_steps=40")
   results = _results(os.path.join(model_dir, "eval_results.txt"))
   assert results["global_step"] == 40 and 0.0 <= results["accuracy"] <= 1.0
@@ -57,14 +79,14 @@ def test_mnist_like_trains_evaluates_predicts_and_exports(tmp_path):
 
 
 @pytest.mark.slow
-def test_resnet_like_async_checkpoints_then_its_eval_job_and_export(tmp_path):
+def test_resnet_like_async_checkpoints_then_its_eval_job_and_export(engine, tmp_path):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
   common = [f"--model_dir={model_dir}", "--train_steps=10", "--iterations_per_loop=5",
             "--train_batch_size=32", "--eval_batch_size=32", "--num_eval_images=256"]
-  _run("resnet_like/resnet_main.py", "--mode=train", *common)
+  _run(engine, "resnet_like/resnet_main.py", "--mode=train", *common)
   # AsyncCheckpointSaverHook(save_steps=5) became the engine's own saving, every 5 steps.
   assert _steps(model_dir) == [0, 5, 10]
-  _run("resnet_like/resnet_main.py", "--mode=eval", "--eval_timeout=3",
+  _run(engine, "resnet_like/resnet_main.py", "--mode=eval", "--eval_timeout=3",
        f"--export_dir={export_dir}", *common)
   with open(os.path.join(model_dir, "eval_results.txt")) as f:
     results = dict(item.split("=") for item in f.read().splitlines()[-1].split())
@@ -75,12 +97,12 @@ def test_resnet_like_async_checkpoints_then_its_eval_job_and_export(tmp_path):
 
 
 @pytest.mark.slow
-def test_bert_like_starts_from_its_init_checkpoint_once(tmp_path):
+def test_bert_like_starts_from_its_init_checkpoint_once(engine, tmp_path):
   config = tmp_path / "bert_config.json"
   config.write_text(json.dumps(BERT_CONFIG))
   init_checkpoint = _write_init_checkpoint(str(tmp_path / "pretrained" / "model.ckpt"))
   output_dir = str(tmp_path / "output")
-  _run("bert_like/run_classifier.py", f"--bert_config_file={config}",
+  _run(engine, "bert_like/run_classifier.py", f"--bert_config_file={config}",
        f"--output_dir={output_dir}", f"--init_checkpoint={init_checkpoint}", "--do_train",
        "--do_eval", "--do_predict", "--num_train_examples=64", "--train_batch_size=8",
        "--num_eval_examples=16", "--eval_batch_size=8", "--save_checkpoints_steps=4")
@@ -104,9 +126,10 @@ def test_bert_like_starts_from_its_init_checkpoint_once(tmp_path):
 ], ids=["efficientnet_like", "mnasnet_like"])
 @pytest.mark.slow
 def test_moving_average_models_train_evaluate_from_the_averages_and_export(
-    tmp_path, program, names):
+    engine, tmp_path, program, names):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
-  _run(program, f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--train_steps=10")
+  _run(engine, program, f"--model_dir={model_dir}", f"--export_dir={export_dir}",
+       "--train_steps=10")
   results = _results(os.path.join(model_dir, "eval_results.txt"))
   assert results["global_step"] == 10 and 0.0 <= results["top_1_accuracy"] <= 1.0
   stored = {name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(model_dir))}
@@ -116,9 +139,9 @@ def test_moving_average_models_train_evaluate_from_the_averages_and_export(
 
 
 @pytest.mark.slow
-def test_albert_like_through_tensorflow_compat_v1_estimator(tmp_path):
+def test_albert_like_through_tensorflow_compat_v1_estimator(engine, tmp_path):
   output_dir = str(tmp_path / "albert")
-  _run("albert_like/run_pretraining.py", f"--output_dir={output_dir}", "--do_train",
+  _run(engine, "albert_like/run_pretraining.py", f"--output_dir={output_dir}", "--do_train",
        "--do_eval", "--num_train_steps=8", "--save_checkpoints_steps=4")
   results = _results(os.path.join(output_dir, "eval_results.txt"))
   assert results["global_step"] == 8

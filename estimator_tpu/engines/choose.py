@@ -268,7 +268,7 @@ def build_jax_engine(config, params, model_fn, export_model_fn=None):
   from estimator_tpu.engines.jax import engine as jax_engine  # pylint: disable=import-outside-toplevel
   t, r = config.train, config.runtime
   try:
-    devices = jax_devices.for_run(r.strategy, r.use_tpu)
+    devices = jax_devices.for_run(r.strategy, r.use_tpu, deterministic=t.deterministic)
   except jax_devices.DeviceError as e:
     raise config_lib.ConfigError(str(e)) from e
   export_config = config.replace("runtime", use_tpu=False, strategy="none", engine="estimator",

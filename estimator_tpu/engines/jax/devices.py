@@ -19,12 +19,11 @@ device, on every GPU of a machine and on every host of a TPU slice.
 import json
 import os
 
-import numpy as np
-
 import jax
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
+import numpy as np
 
 AXIS = "replicas"
 # --strategy on the JAX engine: the devices each takes.
@@ -40,8 +39,12 @@ class DeviceError(ValueError):
   """The devices a run asks for are not there; the message says what to do."""
 
 
-def for_run(strategy, use_tpu, environ=os.environ):
+def for_run(strategy, use_tpu, environ=os.environ, deterministic=False):
   """The Devices of a --engine=jax run with --strategy and --use_tpu (STRATEGY_RULES).
+
+  With deterministic (--deterministic), XLA's GPU compiler is asked for
+  deterministic ops (before JAX starts its backends; CPU and TPU programs are
+  deterministic as compiled).
 
   Raises:
     DeviceError: --use_tpu where JAX has no TPU, an unknown strategy, or a
@@ -50,6 +53,8 @@ def for_run(strategy, use_tpu, environ=os.environ):
   if strategy not in STRATEGY_RULES:
     raise DeviceError(f"--strategy={strategy} is not for --engine=jax: use one of "
                       f"{', '.join(STRATEGY_RULES)}")
+  if deterministic:
+    _deterministic_gpu_ops(environ)
   if strategy == "multi_worker":
     initialize_distributed(environ)
   platform = jax.default_backend()
@@ -59,6 +64,13 @@ def for_run(strategy, use_tpu, environ=os.environ):
   if strategy == "one_device":
     return Devices(jax.local_devices()[:1])
   return Devices(jax.devices())
+
+
+def _deterministic_gpu_ops(environ):
+  flag = "--xla_gpu_deterministic_ops=true"
+  flags = environ.get("XLA_FLAGS", "")
+  if flag not in flags.split():
+    os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
 
 
 def initialize_distributed(environ=os.environ):
@@ -133,7 +145,7 @@ class Devices:
     return jax.make_array_from_process_local_data(self.sharding(), local)
 
   def from_local(self, local, leading_steps=False):
-    """This host's part (its replicas' values, `[(steps,) local replicas, ...]`) of a global value."""
+    """A global value from this host's part: its replicas', `[(steps,) local replicas, ...]`."""
     return jax.make_array_from_process_local_data(self.sharding(leading_steps), local)
 
   def sub(self, count):

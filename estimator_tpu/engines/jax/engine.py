@@ -32,9 +32,8 @@ a TPUEstimator program's `input_fn` and `model_fn` there, unchanged:
   refused in one line naming it: the step must compile, as on a TPU.
 """
 
-import numpy as np
-
 import jax
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import nest
 
@@ -47,10 +46,13 @@ from estimator_tpu.engines.jax import collectives
 from estimator_tpu.engines.jax import devices as devices_lib
 from estimator_tpu.engines.jax import host_tail
 from estimator_tpu.engines.jax import lowering
+from estimator_tpu.engines.jax import randomness
 from estimator_tpu.engines.jax import state as state_lib
 from estimator_tpu.engines.jax import steps as steps_lib
 
 ModeKeys = distribute_engine.ModeKeys
+# The replica step's first argument: which replica it is (its random draws are its own).
+REPLICA_ID = tf.TensorSpec([], tf.int32)
 _features_and_labels = distribute_engine._features_and_labels  # pylint: disable=protected-access
 
 
@@ -224,7 +226,7 @@ class _Step:
     # Batches of a shape known only when they come: traced now, lowered per shape then.
     layout = _Layout()
     tf.function(self._replica_fn(element_spec, layout), autograph=False).get_concrete_function(
-        *specs)
+        REPLICA_ID, *specs)
     return _Traced(layout.structured)
 
   def _program(self, element_spec, specs):
@@ -243,10 +245,11 @@ class _Step:
     """The replica step as TensorFlow traces it: flat batch in, flat results and finals out."""
     engine = self._engine
 
-    def replica(*flat):
+    def replica(replica_id, *flat):
       features, labels = _features_and_labels(tf.nest.pack_sequence_as(structure, list(flat)))
       # In a replica context, where TF 1 optimizers apply gradients.
-      results = engine.strategy.run(self.replica_results, args=(features, labels))
+      with randomness.keyed(replica_id):
+        results = engine.strategy.run(self.replica_results, args=(features, labels))
       layout.reductions = collectives.reductions_made()
       names = self.final_names()
       finals = [engine._store.variables[n].read_value() for n in names]  # pylint: disable=protected-access
@@ -258,7 +261,7 @@ class _Step:
   def _lower(self, structure, specs):
     engine = self._engine
     layout = _Layout()
-    lowered = lowering.LoweredStep(self._replica_fn(structure, layout), specs,
+    lowered = lowering.LoweredStep(self._replica_fn(structure, layout), (REPLICA_ID, *specs),
                                    f"{self.mode} step of the model_fn",
                                    engine._store.variables.values())  # pylint: disable=protected-access
     self._check(layout, lowered)

@@ -16,10 +16,9 @@ JAX's module, as call_tf does; `jax.export` serializes it like any JAX
 function.
 """
 
+import contextlib
 import functools
 import re
-
-import numpy as np
 
 import jax
 from jax.extend import core as jax_core
@@ -28,8 +27,10 @@ from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import func as func_dialect
 from jax.extend.mlir.dialects import stablehlo
 from jax.interpreters import mlir
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import wrap_function
+from tensorflow.python.framework import config as tf_config
 from tensorflow.python.util import object_identity
 
 # TensorFlow's name for each platform JAX lowers for.
@@ -79,8 +80,9 @@ class LoweredStep:
     """The serialized HloModule TensorFlow's XLA bridge lowers the step to, for tf_platform."""
     if tf_platform not in self._hlo:
       try:
-        self._hlo[tf_platform] = self._function.experimental_get_compiler_ir(
-            *self._arg_specs)(stage="hlo_serialized", platform_name=tf_platform)
+        with _tensorflows_determinism_off():
+          self._hlo[tf_platform] = self._function.experimental_get_compiler_ir(
+              *self._arg_specs)(stage="hlo_serialized", platform_name=tf_platform)
       except (tf.errors.OpError, ValueError) as e:
         raise LoweringError(unlowerable_message(str(e), self.name, tf_platform)) from None
     return self._hlo[tf_platform]
@@ -92,6 +94,26 @@ class LoweredStep:
   # A primitive's parameters are hashed: a step is itself, whatever it holds.
   __hash__ = object.__hash__
   __eq__ = object.__eq__
+
+
+@contextlib.contextmanager
+def _tensorflows_determinism_off():
+  """TensorFlow's op determinism off while its bridge lowers a step JAX runs.
+
+  Under --deterministic TensorFlow's bridge refuses ops whose TensorFlow
+  kernels have no deterministic form (a GPU MaxPool gradient) even when it
+  lowers them for JAX, which runs what it compiles the same way each time
+  (XLA's CPU and TPU compile deterministic programs; on GPUs the engine sets
+  XLA's --xla_gpu_deterministic_ops).
+  """
+  was_on = tf_config.is_op_determinism_enabled()
+  if was_on:
+    tf_config.disable_op_determinism()
+  try:
+    yield
+  finally:
+    if was_on:
+      tf.config.experimental.enable_op_determinism()
 
 
 def _pruned_for_xla(python_fn, arg_specs):

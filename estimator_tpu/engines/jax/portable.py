@@ -39,6 +39,7 @@ class PortableTrainStep:
       spec = self._iterator.element_spec
       self._flat_specs = [tf.TensorSpec(s.shape, s.dtype) for s in tf.nest.flatten(spec)]
       self._mesh_step, layout = self._step._program(spec, tuple(self._flat_specs))  # pylint: disable=protected-access
+      # TensorFlow's own run of the step draws random numbers as the lowered one does.
       self._reference = tf.function(self._step._replica_fn(spec, layout), autograph=False)  # pylint: disable=protected-access
     flat = tf.nest.flatten(layout.structured)
     self._loss_index = next(i for i, t in enumerate(flat) if t is layout.structured["loss"])
@@ -72,7 +73,7 @@ class PortableTrainStep:
   def tf_step(self, batch):
     """One training step run by TensorFlow itself on its variables; returns the loss."""
     with self._engine.strategy.scope():
-      outputs = self._reference(*[tf.constant(x) for x in batch])
+      outputs = self._reference(tf.constant(0), *[tf.constant(x) for x in batch])
     return float(outputs[self._loss_index])
 
 

@@ -16,10 +16,9 @@ replica (`[replicas, ...]`); `State` moves them:
   (trained weights and slots are equal on every replica).
 """
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 import tensorflow as tf
 
 from estimator_tpu.engines.jax import devices as devices_lib

@@ -18,11 +18,10 @@ variables (`[replicas, ...]`) and gets its replica's batch.
 
 import functools
 
-import numpy as np
-
 import jax
 from jax import lax
 import jax.numpy as jnp
+import numpy as np
 
 from estimator_tpu.engines.jax import devices as devices_lib
 
@@ -86,9 +85,10 @@ class MeshStep:
       return devices_lib.local_values_over_steps(array)
     return devices_lib.local_values(array)
 
-  def step(self, values, batch):
-    """One replica's step: (its results, its variables' values after the step)."""
-    outputs = self._lowered.bind([values[name] for name in self._captured], *batch)
+  def step(self, values, batch, replica_id=0):
+    """One replica's step: (its variables' values after the step, its results)."""
+    outputs = self._lowered.bind([values[name] for name in self._captured],
+                                 jnp.asarray(replica_id, jnp.int32), *batch)
     values = dict(values, **dict(zip(self._finals, outputs[self._num_results:])))
     return values, list(outputs[:self._num_results])
 
@@ -96,8 +96,10 @@ class MeshStep:
     del real
     values = dict(zip(self.state_names, (v[0] for v in values)))
 
+    replica_id = lax.axis_index(devices_lib.AXIS)
+
     def step(values, batch):
-      return self.step(values, [x[0] for x in batch])
+      return self.step(values, [x[0] for x in batch], replica_id)
 
     values, results = lax.scan(step, values, [x for x in batch])
     return (tuple(values[name][None] for name in self.state_names),
@@ -105,7 +107,7 @@ class MeshStep:
 
   def _one_step(self, values, batch, real):
     before = dict(zip(self.state_names, (v[0] for v in values)))
-    after, results = self.step(before, [x[0] for x in batch])
+    after, results = self.step(before, [x[0] for x in batch], lax.axis_index(devices_lib.AXIS))
     kept = functools.partial(jnp.where, real[0])
     values = {name: kept(after[name], before[name]) for name in self.state_names}
     return (tuple(values[name][None] for name in self.state_names),
@@ -123,7 +125,7 @@ def _shard_map(body, mesh, in_specs, out_specs):
 
 
 def stack_steps(groups):
-  """groups[step][local replica] = a flat batch, as the flat `[steps, local replicas, ...]` batch."""
+  """groups[step][local replica] = a flat batch, as one flat `[steps, local replicas, ...]`."""
   return [np.stack([np.stack([replica[i] for replica in group]) for group in groups])
           for i in range(len(groups[0][0]))]
 
