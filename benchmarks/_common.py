@@ -130,9 +130,11 @@ def load_average():
 class StepTimerHook(tf.compat.v1.train.SessionRunHook):
   """Records clocks() when the session is ready and after every session.run.
 
-  On --engine=distribute: when its training function is traced and the
-  checkpoint restored, and after every call of that function (one call of
-  iterations_per_loop steps per after_run).
+  On --engine=distribute and --engine=jax: when the training step is traced
+  and the checkpoint restored, and after every step of each call of
+  iterations_per_loop steps (the engines replay the hooks of a call's steps
+  when it returns, so the last step's mark is the call's end). TPUEstimator's
+  host loop also calls its hooks once per step, after each session.run.
   """
 
   def __init__(self):
@@ -161,7 +163,7 @@ def time_estimator_train(estimator, input_fn, batch_size, warmup_steps, steps):
   Returns:
     The dict of call_figures().
   """
-  per_run = host_loop.steps_per_run(estimator)
+  per_run = max(host_loop.steps_per_run(estimator), getattr(estimator, "host_loop_iterations", 1))
   if warmup_steps % per_run or steps % per_run:
     raise ValueError(f"warm-up {warmup_steps} and timed {steps} steps must be multiples "
                      f"of the {per_run} steps per session.run")
@@ -169,11 +171,17 @@ def time_estimator_train(estimator, input_fn, batch_size, warmup_steps, steps):
   start = time.perf_counter()
   estimator.train(input_fn, steps=warmup_steps + steps, hooks=[hook])
   end = time.perf_counter()
-  if len(hook.marks) != (warmup_steps + steps) // per_run:
-    raise RuntimeError(f"expected {(warmup_steps + steps) // per_run} session runs of "
-                       f"{per_run} steps, the hook saw {len(hook.marks)}")
-  return call_figures((start, hook.session_ready, end), hook.marks[warmup_steps // per_run - 1],
-                      hook.marks[-1], batch_size, (warmup_steps, steps))
+  total = warmup_steps + steps
+  # One mark per step (the hooks of every step), or one per run of per_run steps.
+  if len(hook.marks) == total:
+    window_start = hook.marks[warmup_steps - 1]
+  elif len(hook.marks) == total // per_run:
+    window_start = hook.marks[warmup_steps // per_run - 1]
+  else:
+    raise RuntimeError(f"expected {total} steps in runs of {per_run}, the hook saw "
+                       f"{len(hook.marks)} runs")
+  return call_figures((start, hook.session_ready, end), window_start, hook.marks[-1],
+                      batch_size, (warmup_steps, steps))
 
 
 def call_figures(times, window_start, window_end, batch_size, step_counts):

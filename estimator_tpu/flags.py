@@ -83,12 +83,16 @@ HELP = {
     "use_bfloat16": "The old spelling of --precision=bfloat16.",
     "eval_on_tpu": "Evaluate on the TPU too (else on the host CPU).",
     "strategy": "none (--engine=estimator: one device; --engine=distribute: every local GPU "
-                "when there are several, else one device), one_device, mirrored (all local "
-                "GPUs, else all logical CPUs) or multi_worker (TF_CONFIG).",
+                "when there are several, else one device; --engine=jax: every JAX device), "
+                "one_device, mirrored (all local GPUs, else all logical CPUs; --engine=jax: "
+                "every JAX device) or multi_worker (TF_CONFIG; --engine=jax: jax.distributed "
+                "over its cluster).",
     "engine": "What runs the model_fn: estimator (TPUEstimator, TF 1 sessions: CPU, GPU, "
               "TPU v2-v4), distribute (tf.functions under a tf.distribute strategy: "
-              "TPUStrategy with --use_tpu, any TPU including v5e/v5p/v6e on PJRT) or auto "
-              "(distribute on a PJRT TPU, else estimator). Saved in config.json.",
+              "TPUStrategy with --use_tpu, any TPU including v5e/v5p/v6e on PJRT), jax "
+              "(each step lowered by TensorFlow's XLA bridge and run by JAX on every JAX "
+              "device: CPUs, CUDA 12/13 GPUs, TPUs TensorFlow's builds no longer reach) or "
+              "auto (distribute on a PJRT TPU, else estimator). Saved in config.json.",
     "jit_compile": "--engine=distribute: compile each replica's step with XLA on CPU/GPU, "
                    "the program a TPU would run.",
     "eval_timeout_secs": "--mode=eval: stop after this long with no new checkpoint.",

@@ -176,7 +176,9 @@ def _lines(stderr, model_dir):
 
 
 def _shapes(lines):
-  return [(level, _NUMBER.sub("N", text)) for level, text in lines]
+  """The lines with each number an N (NumPy pads an array's numbers to one width: one space)."""
+  return [(level, re.sub(r"(?<=[\[N]) +(?=[N\]])", " ", _NUMBER.sub("N", text)))
+          for level, text in lines]
 
 
 @pytest.mark.slow

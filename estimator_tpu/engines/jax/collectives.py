@@ -76,6 +76,8 @@ def _cross_replica_sum(input, group_assignment, name=None):  # noqa: A002  (TF's
 
 
 def _averaged(grads_and_vars):
+  if _current.replicas == 1:
+    return grads_and_vars  # one replica's gradient is the mean: the graph stays the program's
   scale = 1.0 / _current.replicas
   averaged = []
   for grad, var in grads_and_vars:

@@ -73,6 +73,14 @@ def _deterministic_gpu_ops(environ):
     os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
 
 
+def _distributed_initialized():
+  is_initialized = getattr(jax.distributed, "is_initialized", None)
+  if is_initialized is not None:
+    return is_initialized()
+  from jax._src import distributed  # pylint: disable=import-outside-toplevel
+  return distributed.global_state.client is not None
+
+
 def initialize_distributed(environ=os.environ):
   """jax.distributed over TF_CONFIG's cluster: the chief (else worker 0) coordinates.
 
@@ -80,7 +88,7 @@ def initialize_distributed(environ=os.environ):
   workers; the coordinator listens at the first task's address. Without
   TF_CONFIG, JAX finds the cluster itself (Cloud TPU slices, SLURM, ...).
   """
-  if jax.process_count() > 1:
+  if _distributed_initialized():
     return
   raw = environ.get("TF_CONFIG")
   if not raw:
@@ -95,8 +103,8 @@ def initialize_distributed(environ=os.environ):
   except (ValueError, KeyError, TypeError) as e:
     raise DeviceError(f"TF_CONFIG={raw!r} names no chief/worker cluster and task for "
                       f"--strategy=multi_worker ({e})") from None
-  if jax.default_backend() == "cpu" or not environ.get("JAX_PLATFORMS"):
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  # CPU devices of several processes sum over gloo (accelerators use their own fabric).
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address=addresses[0], num_processes=len(addresses),
                              process_id=process_id)
 

@@ -45,6 +45,7 @@ from estimator_tpu.engines.distribute import workers as workers_lib
 from estimator_tpu.engines.jax import collectives
 from estimator_tpu.engines.jax import devices as devices_lib
 from estimator_tpu.engines.jax import host_tail
+from estimator_tpu.engines.jax import hosts
 from estimator_tpu.engines.jax import lowering
 from estimator_tpu.engines.jax import randomness
 from estimator_tpu.engines.jax import state as state_lib
@@ -78,6 +79,7 @@ class JaxEngine(distribute_engine.DistributeEngine):
     super().__init__(model_fn, params, tf.distribute.OneDeviceStrategy("/cpu:0"), model_dir,
                      train_batch_size, eval_batch_size, predict_batch_size, **kwargs)
     self._state = state_lib.State(self._store, self.devices)
+    self._workers = hosts.Hosts()  # process 0 writes; saves and stops are agreed
 
   engine_name = "jax"
 

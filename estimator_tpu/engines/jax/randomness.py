@@ -32,10 +32,15 @@ class _Keys(threading.local):
     super().__init__()
     self.step = None  # () -> the global step tensor of the trace
     self.replica = None  # the replica id tensor of the trace
+    self.graph = None  # the graph of the trace
     self.count = 0
 
 
 _keys = _Keys()
+
+
+def _in_the_step():
+  return tf.compat.v1.get_default_graph() is _keys.graph
 
 
 def _key(seed, seed2):
@@ -48,18 +53,27 @@ def _key(seed, seed2):
 
 
 def _uniform(shape, dtype, seed=0, seed2=0, name=None):
+  if not _in_the_step():  # an initial value, made outside the step
+    return _ORIGINALS["random_uniform"](shape, dtype, seed=seed, seed2=seed2, name=name)
   return tf.random.stateless_uniform(shape, _key(seed, seed2), dtype=dtype, name=name)
 
 
 def _normal(shape, dtype, seed=0, seed2=0, name=None):
+  if not _in_the_step():  # an initial value, made outside the step
+    return _ORIGINALS["random_standard_normal"](shape, dtype, seed=seed, seed2=seed2, name=name)
   return tf.random.stateless_normal(shape, _key(seed, seed2), dtype=dtype, name=name)
 
 
 def _truncated(shape, dtype, seed=0, seed2=0, name=None):
+  if not _in_the_step():  # an initial value, made outside the step
+    return _ORIGINALS["truncated_normal"](shape, dtype, seed=seed, seed2=seed2, name=name)
   return tf.random.stateless_truncated_normal(shape, _key(seed, seed2), dtype=dtype, name=name)
 
 
 def _uniform_int(shape, minval, maxval, seed=0, seed2=0, name=None):
+  if not _in_the_step():
+    return _ORIGINALS["random_uniform_int"](shape, minval, maxval, seed=seed, seed2=seed2,
+                                            name=name)
   return tf.random.stateless_uniform(shape, _key(seed, seed2), minval=minval, maxval=maxval,
                                      dtype=minval.dtype if hasattr(minval, "dtype") else tf.int64,
                                      name=name)
@@ -79,7 +93,7 @@ def keyed(replica_id):
     replica_id: the replica's id, a scalar integer tensor of the trace.
   """
   _keys.step = lambda: tf.compat.v1.train.get_or_create_global_step().read_value()
-  _keys.replica, _keys.count = replica_id, 0
+  _keys.replica, _keys.graph, _keys.count = replica_id, replica_id.graph, 0
   with _lock:
     _depth[0] += 1
     if _depth[0] == 1:
@@ -88,7 +102,7 @@ def keyed(replica_id):
   try:
     yield
   finally:
-    _keys.step = _keys.replica = None
+    _keys.step = _keys.replica = _keys.graph = None
     with _lock:
       _depth[0] -= 1
       if _depth[0] == 0:
