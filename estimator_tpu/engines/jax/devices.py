@@ -8,8 +8,7 @@ step runs over with `shard_map`. A run's values take one of two layouts:
   (each device holds its own copy, as a TPU core does: batch norm statistics
   differ per replica, trained weights stay equal because their gradients are
   summed), and each replica's batch;
-- stacked over steps as well, `[steps, replicas, ...]`, for a loop of
-  `iterations_per_loop` steps.
+- replicated, one value on every device (what is read back of a variable).
 
 A host makes the part of a global value its own devices hold
 (`jax.make_array_from_process_local_data`), so the same code runs on one
@@ -141,10 +140,9 @@ class Devices:
     hosts = self.num_hosts
     return text + (f" over {hosts} hosts" if hosts > 1 else "")
 
-  def sharding(self, leading_steps=False):
-    """Values laid per replica (`[replicas, ...]`), or per step and replica."""
-    spec = PartitionSpec(None, AXIS) if leading_steps else PartitionSpec(AXIS)
-    return NamedSharding(self.mesh, spec)
+  def sharding(self):
+    """Values laid per replica, `[replicas, ...]`."""
+    return NamedSharding(self.mesh, PartitionSpec(AXIS))
 
   def replicated_copies(self, value):
     """A host value as every replica's copy of it: `[replicas, *value.shape]`."""
@@ -152,22 +150,13 @@ class Devices:
     local = np.broadcast_to(value, (self.num_local, *value.shape))
     return jax.make_array_from_process_local_data(self.sharding(), local)
 
-  def from_local(self, local, leading_steps=False):
-    """A global value from this host's part: its replicas', `[(steps,) local replicas, ...]`."""
-    return jax.make_array_from_process_local_data(self.sharding(leading_steps), local)
+  def from_local(self, local):
+    """A global value from this host's part: its replicas', `[local replicas, ...]`."""
+    return jax.make_array_from_process_local_data(self.sharding(), local)
 
-  def sub(self, count):
-    """The mesh of this host's first `count` devices (a last group of batches too few for all)."""
-    return Devices(self.local[:count])
 
 
 def local_values(array):
   """This host's replicas' values of a per-replica array: `[local replicas, ...]` in NumPy."""
   shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
   return np.concatenate([np.asarray(s.data) for s in shards], axis=0)
-
-
-def local_values_over_steps(array):
-  """local_values of a `[steps, replicas, ...]` array: `[steps, local replicas, ...]`."""
-  shards = sorted(array.addressable_shards, key=lambda s: s.index[1].start or 0)
-  return np.concatenate([np.asarray(s.data) for s in shards], axis=1)

@@ -7,9 +7,13 @@ variable it updates (`finals`). `MeshStep` runs it under `jax.jit` and
 variables (`[replicas, ...]`) and gets its replica's batch.
 
 - training (`loop=True`) runs `steps` steps per call, the batches stacked
-  `[steps, replicas, ...]` and the steps a `lax.scan`, the variables donated:
-  one host round trip per `iterations_per_loop` steps, as TPUEstimator's
-  training loop runs on the TPU;
+  `[steps, replicas, ...]`, the variables donated. The steps are dispatched
+  one after the other without waiting (JAX runs them asynchronously) and
+  their results fetched once, after the last: one host round trip per
+  `iterations_per_loop` steps, as TPUEstimator's training loop on a TPU. (A
+  `lax.scan` over the steps would make it one program, but XLA's CPU
+  compiler runs the convolutions of a loop's body ~60x slower than the same
+  ones outside a loop: benchmarks/README.md);
 - evaluation and prediction run one step per call; a replica without a batch
   of its own (the input's last group of batches is short of one per device)
   runs a copy of another's and its results are dropped (`real`), its
@@ -46,11 +50,8 @@ class MeshStep:
     self._num_results = len(lowered.out_avals) - len(self._finals)
     self._devices = devices
     self._loop = loop
-    axis = devices_lib.AXIS
-    spec = jax.sharding.PartitionSpec(axis)
-    stepped = jax.sharding.PartitionSpec(None, axis) if loop else spec
-    body = self._loop_body if loop else self._one_step
-    mapped = _shard_map(body, devices.mesh, (spec, stepped, spec), (spec, stepped))
+    spec = jax.sharding.PartitionSpec(devices_lib.AXIS)
+    mapped = _shard_map(self._one_step, devices.mesh, (spec, spec, spec), (spec, spec))
     self._run = jax.jit(mapped, donate_argnums=(0,) if loop else ())
 
   def __call__(self, state, batch, real=None):
@@ -68,21 +69,25 @@ class MeshStep:
       `[replicas, ...]`, over every replica of every host.
     """
     devices = self._devices
-    if real is None:
-      real = np.ones([devices.num_local], bool)
+    real = devices.from_local(np.ones([devices.num_local], bool) if real is None else real)
     values = tuple(state.values[name] for name in self.state_names)
-    batch = [devices.from_local(np.asarray(x), leading_steps=self._loop) for x in batch]
-    new_values, results = self._run(values, batch, devices.from_local(real))
-    for name, value in zip(self.state_names, new_values):
+    steps = len(batch[0]) if self._loop else 1
+    per_step = []
+    for i in range(steps):
+      step_batch = [devices.from_local(np.asarray(x[i] if self._loop else x)) for x in batch]
+      values, results = self._run(values, step_batch, real)
+      per_step.append(results)
+    for name, value in zip(self.state_names, values):
       state.values[name] = value
-    return [self._to_host(r) for r in results]
+    if not self._loop:
+      return [self._to_host(r) for r in per_step[0]]
+    return [np.stack([self._to_host(results[i]) for results in per_step])
+            for i in range(len(per_step[0]))]
 
   def _to_host(self, array):
     if self._devices.num_hosts > 1:
       from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
       return np.asarray(multihost_utils.process_allgather(array, tiled=True))
-    if self._loop:
-      return devices_lib.local_values_over_steps(array)
     return devices_lib.local_values(array)
 
   def step(self, values, batch, replica_id=0):
@@ -92,24 +97,14 @@ class MeshStep:
     values = dict(values, **dict(zip(self._finals, outputs[self._num_results:])))
     return values, list(outputs[:self._num_results])
 
-  def _loop_body(self, values, batch, real):
-    del real
-    values = dict(zip(self.state_names, (v[0] for v in values)))
-
-    replica_id = lax.axis_index(devices_lib.AXIS)
-
-    def step(values, batch):
-      return self.step(values, [x[0] for x in batch], replica_id)
-
-    values, results = lax.scan(step, values, [x for x in batch])
-    return (tuple(values[name][None] for name in self.state_names),
-            [r[:, None] for r in results])
-
   def _one_step(self, values, batch, real):
     before = dict(zip(self.state_names, (v[0] for v in values)))
     after, results = self.step(before, [x[0] for x in batch], lax.axis_index(devices_lib.AXIS))
-    kept = functools.partial(jnp.where, real[0])
-    values = {name: kept(after[name], before[name]) for name in self.state_names}
+    if self._loop:  # training: every replica has its batch
+      values = after
+    else:
+      kept = functools.partial(jnp.where, real[0])
+      values = {name: kept(after[name], before[name]) for name in self.state_names}
     return (tuple(values[name][None] for name in self.state_names),
             [r[None] for r in results])
 
