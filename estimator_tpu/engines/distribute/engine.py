@@ -49,6 +49,7 @@ from estimator_tpu.engines import strategies
 from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import checkpoint_timing
 from estimator_tpu.engines.distribute import context as input_context_lib
+from estimator_tpu.engines.distribute import eval_metrics
 from estimator_tpu.engines.distribute import event_files
 from estimator_tpu.engines.distribute import graph_twin
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
@@ -279,6 +280,7 @@ class DistributeEngine(surface.EstimatorSurface):
       tf.compat.v1.train.get_or_create_global_step()
       spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
                             self.config, self._store)
+      spec = eval_metrics.in_the_step_off_tpu(spec, mode, self._use_tpu)
       if step_trace.replica_id() == 0:
         self._traces[mode] = step_trace.StepTrace(tf.compat.v1.get_default_graph(), spec,
                                                   (features, labels))
@@ -844,7 +846,7 @@ class _HostMetrics:
 
     def build(*flat_tensors):
       tensors = tf.nest.pack_sequence_as(self._structure, list(flat_tensors))
-      metrics = metric_fn(**tensors) if isinstance(tensors, dict) else metric_fn(*tensors)
+      metrics = eval_metrics.call_metric_fn(metric_fn, tensors)
       for name, (value, update) in metrics.items():
         captured[name] = (tf.identity(value), tf.group(update))
       return {}

@@ -1,0 +1,88 @@
+"""Contract pieces held-out programs needed, each a program run on both engines.
+
+eval_metrics in every form TPUEstimator takes off TPU, TF 2 summary writers
+inside a TF 1 model_fn, Keras layers and models built in a model_fn, and a
+plain Estimator built while ESTIMATOR_TPU_ENGINE is set: each program under
+examples/legacy_corpus/contract/ records what it saw, and the engine must see
+what the estimator sees.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import program_env
+from contract_programs import CONTRACT
+from contract_programs import REPO
+from contract_programs import run_both
+import pytest
+
+pytestmark = pytest.mark.slow  # each program runs ~10-40 s per engine
+LOGICAL_CPUS = os.path.join(REPO, "tests", "logical_cpus.py")
+
+
+def _same(expected, actual, path="results"):
+  """Equal structures; floats within 1e-5."""
+  if isinstance(expected, dict):
+    assert sorted(actual) == sorted(expected), path
+    for key in expected:
+      _same(expected[key], actual[key], f"{path}[{key!r}]")
+  elif isinstance(expected, list):
+    assert len(actual) == len(expected), path
+    for index, (want, got) in enumerate(zip(expected, actual)):
+      _same(want, got, f"{path}[{index}]")
+  elif isinstance(expected, float):
+    assert actual == pytest.approx(expected, rel=1e-5, abs=1e-6), path
+  else:
+    assert actual == expected, path
+
+
+def _two_replicas(program, work_dir, *args):
+  """results of program on the distribute engine over two mirrored logical CPUs."""
+  run_dir = os.path.join(str(work_dir), "two_replicas")
+  results = os.path.join(run_dir, "results.json")
+  done = subprocess.run(
+      [sys.executable, LOGICAL_CPUS, "2", os.path.join(CONTRACT, program),
+       f"--model_dir={os.path.join(run_dir, 'model')}", f"--results={results}", *args],
+      cwd=REPO, capture_output=True, text=True, timeout=300,
+      env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE="distribute",
+                      ESTIMATOR_TPU_STRATEGY="mirrored"))
+  assert done.returncode == 0, done.stderr[-4000:]
+  with open(results) as f:
+    return json.load(f)
+
+
+# --- eval_metrics_forms.py ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def metric_forms(tmp_path_factory):
+  return run_both("eval_metrics_forms.py", tmp_path_factory.mktemp("metric_forms"))
+
+
+def test_every_eval_metrics_form_gives_the_estimators_dict(metric_forms):
+  by_estimator, by_engine = metric_forms["estimator"], metric_forms["distribute"]
+  _same(by_estimator, by_engine)
+  forms = ("list", "dict", "metric_ops", "closure", "estimator_spec")
+  assert sorted(by_engine) == sorted([*forms, "refused"])
+  # One checkpoint, five ways of asking for the same metrics: one answer.
+  for form in forms:
+    _same(by_engine["list"], {k: v for k, v in by_engine[form].items() if k != "mean_loss"})
+  assert 0.5 < by_engine["list"]["accuracy"] < 1.0
+  # The closure read the model_fn's loss, which it was not given: the mean of the batches' losses.
+  assert by_engine["closure"]["mean_loss"] == pytest.approx(by_engine["closure"]["loss"], rel=1e-5)
+
+
+def test_a_dict_of_metric_fns_is_refused_alike_naming_them(metric_forms):
+  refused = metric_forms["distribute"]["refused"]
+  assert refused == metric_forms["estimator"]["refused"]
+  assert refused.startswith("TPUEstimatorSpec(eval_metrics=<dict>): ['accuracy'] are "
+                            "(metric_fn, tensors) pairs")
+
+
+def test_every_eval_metrics_form_is_exact_over_two_replicas(metric_forms, tmp_path):
+  two = _two_replicas("eval_metrics_forms.py", tmp_path)
+  # The host's metric_fn over the replicas' tensors, or each replica's metrics summed.
+  _same(metric_forms["estimator"], two)
+
