@@ -86,3 +86,25 @@ def test_every_eval_metrics_form_is_exact_over_two_replicas(metric_forms, tmp_pa
   # The host's metric_fn over the replicas' tensors, or each replica's metrics summed.
   _same(metric_forms["estimator"], two)
 
+
+
+# --- tf2_summaries.py ---------------------------------------------------------------------------
+
+
+def test_tf2_summaries_of_a_model_fn_are_the_estimators_events_and_files(tmp_path):
+  results = run_both("tf2_summaries.py", tmp_path)
+  _same(results["estimator"], results["distribute"])
+  seen = results["distribute"]
+  # record_if(step % 2 == 0): steps 0, 2 in the first train() call's file, 4 in the second's.
+  assert seen["files"] == {"train": [[0, 2], [4]], "eval": [[5]]}
+  assert sorted(seen["train"]) == ["logits", "train/positive_rate", "train_loss"]
+  assert [step for step, _ in seen["train"]["train_loss"]] == [0, 2, 4]
+  assert seen["train"]["train_loss"][0][1] == pytest.approx(0.6931472)  # log 2: zero weights
+  assert [step for step, _ in seen["eval"]["eval_mean_logit"]] == [5, 5, 5]  # three batches
+
+
+def test_tf2_summaries_are_written_once_over_two_replicas(tmp_path):
+  two = _two_replicas("tf2_summaries.py", tmp_path)
+  assert two["files"] == {"train": [[0, 2], [4]], "eval": [[5]]}
+  assert {tag: [s for s, _ in pairs] for tag, pairs in two["train"].items()} == {
+      "logits": [0, 2, 4], "train/positive_rate": [0, 2, 4], "train_loss": [0, 2, 4]}

@@ -34,14 +34,12 @@ On one worker (any other strategy) nothing here does anything.
 """
 
 import atexit
-import contextlib
 import copy
 import shutil
 import tempfile
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import gen_summary_ops
 
 from estimator_tpu.run import preemption
 
@@ -147,30 +145,3 @@ class Workers:
       self._scratch = tempfile.mkdtemp(prefix="estimator_tpu_worker_")
       atexit.register(shutil.rmtree, self._scratch, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{name}_", dir=self._scratch)
-
-  @contextlib.contextmanager
-  def summaries_aside(self):
-    """Within, on a worker that is not the chief, summary file writers write to scratch_dir.
-
-    A writer's directory is bound when it is made (tf.summary's and TF 1.15's
-    create_file_writer both make it through create_summary_file_writer), so
-    a host_call writing to FLAGS.model_dir writes there only on the chief.
-    """
-    if self.is_chief:
-      yield
-      return
-    original = gen_summary_ops.create_summary_file_writer
-    aside = self.scratch_dir("summaries")
-
-    def create_summary_file_writer(*args, **kwargs):
-      if "logdir" in kwargs:
-        kwargs["logdir"] = aside
-      else:
-        args = (args[0], aside, *args[2:])
-      return original(*args, **kwargs)
-
-    gen_summary_ops.create_summary_file_writer = create_summary_file_writer
-    try:
-      yield
-    finally:
-      gen_summary_ops.create_summary_file_writer = original
