@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from conftest import program_env
+import contract_programs
 from contract_programs import CONTRACT
 from contract_programs import REPO
 from contract_programs import run_both
@@ -108,3 +109,30 @@ def test_tf2_summaries_are_written_once_over_two_replicas(tmp_path):
   assert two["files"] == {"train": [[0, 2], [4]], "eval": [[5]]}
   assert {tag: [s for s, _ in pairs] for tag, pairs in two["train"].items()} == {
       "logits": [0, 2, 4], "train/positive_rate": [0, 2, 4], "train_loss": [0, 2, 4]}
+
+
+# --- plain_estimator.py -------------------------------------------------------------------------
+
+
+def test_a_plain_estimator_says_in_one_line_that_it_runs_as_tensorflow_wrote_it(tmp_path):
+  seen = {engine: contract_programs.run("plain_estimator.py", engine, tmp_path)
+          for engine in contract_programs.ENGINES}
+  assert seen["distribute"][0] == seen["estimator"][0]  # the same Estimator ran both times
+  assert seen["distribute"][0]["accuracy"] > 0.5
+  lines = {engine: [line for line in stdout.splitlines() if "ESTIMATOR_TPU_ENGINE" in line]
+           for engine, (_, stdout, _) in seen.items()}
+  assert lines["estimator"] == [
+      "[estimator_tpu] engine: estimator (Estimator, from ESTIMATOR_TPU_ENGINE=estimator)"]
+  line, = lines["distribute"]
+  assert line.startswith("[estimator_tpu] engine: estimator (Estimator), not distribute: "
+                         "ESTIMATOR_TPU_ENGINE=distribute runs TPUEstimator programs")
+  assert "runs as TensorFlow wrote it" in line
+
+
+def test_the_line_of_a_plain_estimator_follows_the_variable():
+  from estimator_tpu.compat import plain_estimator
+  assert plain_estimator.engine_line("DNNClassifier", {}) is None
+  assert plain_estimator.engine_line("DNNClassifier", {"ESTIMATOR_TPU_ENGINE": "auto"}) == (
+      "engine: estimator (DNNClassifier, from ESTIMATOR_TPU_ENGINE=auto)")
+  assert "this DNNClassifier is not one" in plain_estimator.engine_line(
+      "DNNClassifier", {"ESTIMATOR_TPU_ENGINE": "distribute"})

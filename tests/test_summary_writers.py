@@ -1,4 +1,4 @@
-"""summary_writers: TF 2 writers made while the distribute engine traces, as TF 1 sessions had them."""
+"""summary_writers: TF 2 writers made while the distribute engine traces, as TF 1 had them."""
 
 import glob
 import os
