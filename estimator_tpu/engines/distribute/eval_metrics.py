@@ -21,7 +21,8 @@ from tensorflow.python.ops import resource_variable_ops
 
 from estimator_tpu import stacks
 
-_VARIABLE_ARGS = frozenset(inspect.signature(resource_variable_ops.ResourceVariable).parameters)
+_VARIABLE_ARGS = frozenset(
+    inspect.signature(resource_variable_ops.ResourceVariable.__init__).parameters) - {"self"}
 
 
 def call_metric_fn(metric_fn, tensors):
