@@ -320,6 +320,9 @@ class DistributeEngine(surface.EstimatorSurface):
       return path
     if twin is not None and twin.wanted_at_start(self._store):
       twin.start(self._store, self.strategy)
+      # Each worker's twin drew its own unseeded values (Keras' per-process seeds): the
+      # chief's are every worker's, as the strategy's own initial values are.
+      self._workers.share_chiefs_values(self._store.global_variables())
       return None
     if self._warm_start_from:
       self._warm_start()
@@ -353,11 +356,15 @@ class DistributeEngine(surface.EstimatorSurface):
 
 
   def _sync_on_read_to_copies(self):
-    """Each replica-local variable (batch-norm statistics) takes its aggregate in every copy."""
+    """Each replica-local variable (batch-norm statistics) takes its aggregate in every copy.
+
+    Over every replica of every worker (each worker reads the aggregate, together), so the
+    chief saves the statistics of all the workers' batches, as one device would have them.
+    """
     with self.strategy.scope():
       for variable in self._store.global_variables().values():
         if getattr(variable, "synchronization", None) == tf.VariableSynchronization.ON_READ and (
-            len(self.strategy.experimental_local_results(variable)) > 1):
+            len(self.strategy.experimental_local_results(variable)) > 1 or self._workers.many):
           variable.assign(variable.read_value())
 
   def _save(self, listeners):

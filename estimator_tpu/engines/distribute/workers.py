@@ -139,6 +139,31 @@ class Workers:
         watch.release(agreed[0])
     return bool(totals.any())
 
+  def share_chiefs_values(self, variables):
+    """Every worker's copies of variables ({name: variable}) take the chief's values.
+
+    A variable the strategy makes starts from the chief's initial value on
+    every worker; values assigned afterwards by each worker on its own (a
+    fresh start's TF 1 initial values) are made one here, by one all-reduce
+    in which only the chief's first replica gives its values.
+    """
+    if not self.many:
+      return
+    names = sorted(name for name, v in variables.items() if v.dtype.is_floating)
+    strategy = self._strategy
+    local = [strategy.experimental_local_results(variables[n])[0].read_value() for n in names]
+
+    def replica():
+      first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 0)
+      given = [tf.where(first, value, tf.zeros_like(value)) for value in local]
+      return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, given)
+
+    with strategy.scope():
+      shared = strategy.experimental_local_results(
+          tf.function(lambda: strategy.run(replica), autograph=False)())[0]
+      for name, value in zip(names, shared):
+        variables[name].assign(value)
+
   def scratch_dir(self, name):
     """A temporary directory of this (non-chief) worker, removed when the process exits."""
     if self._scratch is None:
