@@ -9,6 +9,7 @@ what the estimator sees.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -136,3 +137,32 @@ def test_the_line_of_a_plain_estimator_follows_the_variable():
       "engine: estimator (DNNClassifier, from ESTIMATOR_TPU_ENGINE=auto)")
   assert "this DNNClassifier is not one" in plain_estimator.engine_line(
       "DNNClassifier", {"ESTIMATOR_TPU_ENGINE": "distribute"})
+
+
+# --- keras_layers.py ----------------------------------------------------------------------------
+
+
+def test_keras_layers_and_models_name_their_variables_as_the_estimator(tmp_path):
+  results = run_both("keras_layers.py", tmp_path)
+  names = results["distribute"]["names"]
+  assert names == results["estimator"]["names"]
+  # Blocks in a subclassed Model called twice (one set), a functional Model in the scope
+  # entered again, the batch norm subclass's moving statistics, the optimizer's slots.
+  assert "backbone/backbone/block/tpu_batch_normalization/moving_mean" in names
+  assert "backbone_1/conv2d_2/kernel" in names and "backbone_1/dense/kernel" in names
+  assert "backbone/backbone/block_1/conv2d_1/kernel/Momentum" in names
+  assert len(names) == 29
+  for engine, seen in results.items():
+    assert seen["evaluate"]["global_step"] == 4
+    assert all(value != 0.0 for value in seen["moving_mean"]), engine  # UPDATE_OPS ran
+
+
+def test_keras_models_checkpoints_read_both_ways(tmp_path):
+  """Each engine evaluates the other's checkpoint and gets the other's evaluate() dict."""
+  trained = run_both("keras_layers.py", tmp_path / "trained")
+  for reader, writer in (("distribute", "estimator"), ("estimator", "distribute")):
+    work = tmp_path / f"{reader}_reads"
+    shutil.copytree(tmp_path / "trained" / writer / "model", work / reader / "model")
+    seen, _, _ = contract_programs.run("keras_layers.py", reader, work, "--evaluate_only")
+    _same(trained[writer]["evaluate"], seen["evaluate"])
+    _same(trained[writer]["moving_mean"], seen["moving_mean"])
