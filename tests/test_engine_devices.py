@@ -147,19 +147,6 @@ def test_one_worker_agrees_with_itself_and_writes():
   workers.barrier()
 
 
-def test_a_workers_summaries_go_aside_unless_it_is_the_chief(tmp_path):
-  workers = workers_lib.Workers(tf.distribute.OneDeviceStrategy("/cpu:0"))
-  workers.is_chief = False
-  with workers.summaries_aside():
-    writer = tf.summary.create_file_writer(str(tmp_path))
-  with writer.as_default():
-    tf.summary.scalar("loss", 1.0, step=0)
-  writer.close()
-  assert os.listdir(tmp_path) == []
-  aside = glob.glob(os.path.join(workers._scratch, "summaries_*", "events.*"))
-  assert len(aside) == 1
-
-
 def test_an_input_fn_that_ignores_its_context_gets_every_nth_batch():
   from estimator_tpu.engines.distribute import engine as distribute_engine
   context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,

@@ -32,7 +32,7 @@ from estimator_tpu.compat._lazy import CompatTF
 if "tensorflow" not in sys.modules:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-tf = CompatTF(registry.CONTRIB)
+tf = CompatTF(registry.CONTRIB, registry.V1_OVERLAYS)
 module_paths.install()
 slim.install()
 routing.install()

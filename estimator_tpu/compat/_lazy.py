@@ -119,16 +119,45 @@ class Namespace(types.ModuleType):
                   if isinstance(entry, dict) or entry.kind != REFUSED)
 
 
+class Overlay(types.ModuleType):
+  """A `tf.compat.v1` module whose names are its own but for the registry's `entries`.
+
+  A dict entry overlays a child module the same way; an `Entry` replaces the
+  name (TF 1.15's behaviour where TF 2's differs). Every other attribute is
+  the module's own.
+  """
+
+  def __init__(self, module, entries):
+    super().__init__(module.__name__, module.__doc__)
+    self.__dict__["_module"] = module
+    self.__dict__["_entries"] = entries
+
+  def __getattr__(self, name):
+    entry = self._entries.get(name)
+    value = getattr(self._module, name)
+    if isinstance(entry, dict):
+      value = Overlay(value, entry)
+    elif entry is not None:
+      value = load(entry.target)
+    self.__dict__[name] = value
+    return value
+
+  def __dir__(self):
+    return dir(self._module)
+
+
 class CompatTF(types.ModuleType):
   """`tf.compat.v1` with a `tf.contrib` namespace on top.
 
   Any attribute other than `contrib` falls through to `tensorflow.compat.v1`,
-  imported on first use so that importing this module stays cheap.
+  imported on first use so that importing this module stays cheap; the
+  modules named in `overlays` with a few of their names as TF 1.15 had them.
   """
 
-  def __init__(self, contrib_entries):
+  def __init__(self, contrib_entries, overlays=None):
     super().__init__("estimator_tpu.compat.tf", CompatTF.__doc__)
     self.__dict__["_contrib_entries"] = contrib_entries
+    self.__dict__["_overlays"] = overlays or {}
 
   def __getattr__(self, name):
     if name.startswith("__") and name != "__version__":
@@ -141,6 +170,8 @@ class CompatTF(types.ModuleType):
       importlib.import_module("estimator_tpu.stacks")  # the stand-ins it needs on TF >= 2.16
       value = importlib.import_module(ESTIMATOR_V1)
       importlib.import_module("estimator_tpu.compat.activation").quiet_api_modules(ESTIMATOR_V1)
+    elif name in self._overlays:
+      value = Overlay(_v1_attribute(name), self._overlays[name])
     else:
       value = _v1_attribute(name)
     setattr(self, name, value)

@@ -112,6 +112,12 @@ CLUSTER_RESOLVER = {
                     "TFConfigClusterResolver")},
 }
 
+# tf.compat.v1 names whose TF 2 behaviour differs from TF 1.15's, served as TF 1.15 had them.
+V1_OVERLAYS = {
+    "distribute": {"cluster_resolver": {"TPUClusterResolver": CLUSTER_RESOLVER[
+        "TPUClusterResolver"]}},
+}
+
 _DATA_MAPPED = (
     "map_and_batch", "shuffle_and_repeat", "AUTOTUNE", "unbatch",
     "ignore_errors", "prefetch_to_device", "copy_to_device", "group_by_window",

@@ -42,6 +42,9 @@ def route(module):
   cls = module.TPUEstimator
   if "init" in _tensorflows:
     return
+  # A plain Estimator built by the program says what runs it (plain_estimator.py).
+  from estimator_tpu.compat import plain_estimator  # pylint: disable=import-outside-toplevel
+  plain_estimator.watch(module.estimator_lib.Estimator, cls)
   _tensorflows["init"] = cls.__init__
   cls.__new__ = staticmethod(_new)
   cls.__init__ = _init

@@ -94,6 +94,13 @@ def _as_metric_fn_tuple(eval_metrics):
   """Turns a dict of metric ops into `(metric_fn, [])`; off TPU only."""
   if not isinstance(eval_metrics, dict):
     return eval_metrics
+  fns = sorted(name for name, value in eval_metrics.items()
+               if isinstance(value, (tuple, list)) and value and callable(value[0]))
+  if fns:
+    raise ValueError(
+        f"TPUEstimatorSpec(eval_metrics=<dict>): {fns} are (metric_fn, tensors) pairs, which "
+        "TPUEstimatorSpec takes one of, not a dict: give eval_metrics=(metric_fn, tensors) "
+        "whose metric_fn returns every metric's (value, update_op) in one dict")
   if in_tpu_computation():
     raise ValueError(
         f"TPUEstimatorSpec(eval_metrics=<dict with keys "

@@ -177,6 +177,17 @@ def program_strategy(use_tpu, run_config, environ=os.environ):
   device.
   """
   name = program_strategy_name(use_tpu, environ)
+  if name not in _program_strategies:
+    _program_strategies[name] = _new_program_strategy(name, run_config, environ)
+  return _program_strategies[name]
+
+
+# One strategy of each kind per process, for every TPUEstimator a program builds: the
+# collective ops of two MirroredStrategy objects share instance keys and would clash.
+_program_strategies = {}
+
+
+def _new_program_strategy(name, run_config, environ):
   strategies.quiet_strategy_logs()
   if name == "tpu":
     resolver = run_config.cluster or tf.distribute.cluster_resolver.TPUClusterResolver("local")

@@ -36,11 +36,11 @@ evaluation step and read at its end (distribute/metric_ops.py).
 
 import contextlib
 import copy
+import functools
 import os
 import warnings
 
 import tensorflow as tf
-from tensorflow.python.ops import summary_ops_v2
 from tensorflow_estimator.python.estimator.tpu import tpu_estimator as tpu_estimator_lib
 
 from estimator_tpu import stacks
@@ -49,6 +49,7 @@ from estimator_tpu.engines import strategies
 from estimator_tpu.engines import tpu_estimator
 from estimator_tpu.engines.distribute import checkpoint_timing
 from estimator_tpu.engines.distribute import context as input_context_lib
+from estimator_tpu.engines.distribute import eval_metrics
 from estimator_tpu.engines.distribute import event_files
 from estimator_tpu.engines.distribute import graph_twin
 from estimator_tpu.engines.distribute import hooks as distribute_hooks
@@ -58,6 +59,7 @@ from estimator_tpu.engines.distribute import monitors
 from estimator_tpu.engines.distribute import optimizer_rules
 from estimator_tpu.engines.distribute import replica_loss
 from estimator_tpu.engines.distribute import step_trace
+from estimator_tpu.engines.distribute import summary_writers
 from estimator_tpu.engines.distribute import surface
 from estimator_tpu.engines.distribute import variables as tf1_variables
 from estimator_tpu.engines.distribute import voice
@@ -163,7 +165,7 @@ class DistributeEngine(surface.EstimatorSurface):
     self._warm_start_from = warm_start_from
     # Built now: its construction logs what TPUEstimator's does ("Using config: ...").
     self._tf_estimator = export_estimator_fn() if export_estimator_fn else None
-    self._kept_writers = []  # writers a traced host_call made (see _keeping_writers)
+    self._writers = summary_writers.TracedWriters(self._workers)  # a trace's summary writers
     self._metric_fn = None  # the eval_metrics' metric_fn, from the EVAL trace
     self._run_config = run_config
     self._keep = keep_checkpoint_max
@@ -237,35 +239,6 @@ class DistributeEngine(surface.EstimatorSurface):
     options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
     return self.strategy.distribute_datasets_from_function(dataset_fn, options)
 
-  @contextlib.contextmanager
-  def _keeping_writers(self):
-    """Summary writers a traced host_call creates live as long as the engine.
-
-    tf.summary.create_file_writer inside a tf.function makes its writer
-    outside it, and the writer's resource goes when the Python object does:
-    the engine keeps each one, as the estimator's graph kept its writers.
-    """
-    kept = self._kept_writers
-    # tf.summary's writer and tf.contrib.summary's (TF 1.15's) one.
-    classes = [getattr(summary_ops_v2, name) for name in
-               ("_ResourceSummaryWriter", "_LegacyResourceSummaryWriter")
-               if hasattr(summary_ops_v2, name)]
-    originals = {cls: cls.__dict__["__init__"] for cls in classes}
-
-    def keeping(original):
-      def init(writer, *args, **kwargs):
-        original(writer, *args, **kwargs)
-        kept.append(writer)
-      return init
-
-    for cls, original in originals.items():
-      cls.__init__ = keeping(original)
-    try:
-      yield
-    finally:
-      for cls, original in originals.items():
-        cls.__init__ = original
-
   def _replica_spec(self, features, labels, mode, carry=None):
     """(the model_fn's spec for one replica, its variables from the store; what it carries).
 
@@ -277,8 +250,10 @@ class DistributeEngine(surface.EstimatorSurface):
       # TF 1 summary ops traced in a function: their values reach hooks (SummarySaverHook).
       warnings.filterwarnings("ignore", message="Cannot activate TF2 compatibility support")
       tf.compat.v1.train.get_or_create_global_step()
-      spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
-                            self.config, self._store)
+      with self._writers.replica(step_trace.replica_id()):
+        spec = _call_model_fn(self._model_fn, features, labels, mode, self._params(mode),
+                              self.config, self._store)
+      spec = eval_metrics.in_the_step_off_tpu(spec, mode, self._use_tpu)
       if step_trace.replica_id() == 0:
         self._traces[mode] = step_trace.StepTrace(tf.compat.v1.get_default_graph(), spec,
                                                   (features, labels))
@@ -291,8 +266,14 @@ class DistributeEngine(surface.EstimatorSurface):
     return optimizer_rules.applied(self.strategy)
 
   def _function(self, name, python_fn):
+    """python_fn's tf.function, made once per name; traced with summary_writers' rules."""
     if name not in self._functions:
-      self._functions[name] = tf.function(python_fn, autograph=False)
+      @functools.wraps(python_fn)
+      def traced(*args):
+        with self._writers.tracing(name):
+          return python_fn(*args)
+      self._functions[name] = tf.function(traced, autograph=False)
+      self._functions[name].writers_key = name
     return self._functions[name]
 
   def _replica_fn(self, fn):
@@ -343,6 +324,9 @@ class DistributeEngine(surface.EstimatorSurface):
       return path
     if twin is not None and twin.wanted_at_start(self._store):
       twin.start(self._store, self.strategy)
+      # Each worker's twin drew its own unseeded values (Keras' per-process seeds): the
+      # chief's are every worker's, as the strategy's own initial values are.
+      self._workers.share_chiefs_values(self._store.global_variables())
       return None
     if self._warm_start_from:
       self._warm_start()
@@ -376,11 +360,15 @@ class DistributeEngine(surface.EstimatorSurface):
 
 
   def _sync_on_read_to_copies(self):
-    """Each replica-local variable (batch-norm statistics) takes its aggregate in every copy."""
+    """Each replica-local variable (batch-norm statistics) takes its aggregate in every copy.
+
+    Over every replica of every worker (each worker reads the aggregate, together), so the
+    chief saves the statistics of all the workers' batches, as one device would have them.
+    """
     with self.strategy.scope():
       for variable in self._store.global_variables().values():
         if getattr(variable, "synchronization", None) == tf.VariableSynchronization.ON_READ and (
-            len(self.strategy.experimental_local_results(variable)) > 1):
+            len(self.strategy.experimental_local_results(variable)) > 1 or self._workers.many):
           variable.assign(variable.read_value())
 
   def _save(self, listeners):
@@ -475,6 +463,8 @@ class DistributeEngine(surface.EstimatorSurface):
       function.get_concrete_function(*args)
       function.step_trace = self._traces[mode]
       self._locals.snapshot(self._store, self.strategy)
+    if not fresh:  # it runs next: its summary files are made
+      self._writers.ready(function.writers_key)
     return function, function.step_trace
 
   def _hook_runner(self, mode, hooks, trace, iterator, original_fetches):
@@ -487,8 +477,7 @@ class DistributeEngine(surface.EstimatorSurface):
     """host_call fn on the host, over the replicas' tensors concatenated on axis 0."""
     joined = tf.nest.map_structure(lambda t: self.strategy.gather(t, axis=0), tensors)
     # Summary tags take the name scope: the host_call's start at the top, as on the host.
-    with tf.compat.v1.get_default_graph().name_scope(None), self._store.scope(), \
-        self._keeping_writers(), self._workers.summaries_aside():
+    with tf.compat.v1.get_default_graph().name_scope(None), self._store.scope():
       return _host_call_ops((fn, joined))
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
@@ -506,7 +495,7 @@ class DistributeEngine(surface.EstimatorSurface):
         voice.skipping_training()
         return self
       try:
-        with self.strategy.scope():
+        with self.strategy.scope(), self._writers.call():
           loss = self._train(input_fn, hooks, steps, max_steps, saving_listeners)
       finally:
         self._twin = None  # a graph twin serves one train() call
@@ -645,13 +634,18 @@ class DistributeEngine(surface.EstimatorSurface):
       tf.errors.OpError: the step did not compile or run (e.g. an op XLA
         cannot compile); other errors: the model_fn failed while traced.
     """
-    with self.strategy.scope():
+    with self.strategy.scope(), self._writers.call():
       iterator = iter(self._dataset(input_fn, mode))
       if mode == ModeKeys.TRAIN:
-        return float(self._train_function()(iterator, tf.constant(1))[0])
+        function = self._train_function()
+        function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
+        self._writers.ready(function.writers_key)
+        return float(function(iterator, tf.constant(1))[0])
       if mode == ModeKeys.EVAL:
-        loss = self._eval_function()(iterator)[0]
-        return float(loss)
+        function = self._eval_function()
+        function.get_concrete_function(iterator)
+        self._writers.ready(function.writers_key)
+        return float(function(iterator)[0])
     raise ValueError(f"run_one_step runs TRAIN or EVAL, not {mode!r}")
 
   # Evaluation.
@@ -692,7 +686,8 @@ class DistributeEngine(surface.EstimatorSurface):
     """
     with voice.loop_of("evaluation_loop"):
       surface.check_eval_steps(steps)
-      return self._evaluate(input_fn, steps, hooks, checkpoint_path, name)
+      with self._writers.call():
+        return self._evaluate(input_fn, steps, hooks, checkpoint_path, name)
 
   def _evaluate(self, input_fn, steps, hooks, checkpoint_path, name):
     path = checkpoint_path or self.latest_checkpoint()
@@ -745,7 +740,7 @@ class DistributeEngine(surface.EstimatorSurface):
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True):
     """Yields the model_fn's predictions as the estimator does: per example (or batch), NumPy."""
-    with voice.loop_of("prediction_loop"):
+    with voice.loop_of("prediction_loop"), self._writers.call():
       yield from self._predict(input_fn, predict_keys, hooks, checkpoint_path,
                                yield_single_examples)
     voice.info("%s marked as finished", "prediction_loop")  # TPUEstimator says it twice
@@ -848,7 +843,7 @@ class _HostMetrics:
 
     def build(*flat_tensors):
       tensors = tf.nest.pack_sequence_as(self._structure, list(flat_tensors))
-      metrics = metric_fn(**tensors) if isinstance(tensors, dict) else metric_fn(*tensors)
+      metrics = eval_metrics.call_metric_fn(metric_fn, tensors)
       for name, (value, update) in metrics.items():
         captured[name] = (tf.identity(value), tf.group(update))
       return {}

@@ -72,6 +72,12 @@ _PER_TRACE = (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES,
 _VARIABLE_ARGS = ("initial_value", "trainable", "validate_shape", "dtype", "constraint",
                   "synchronization", "aggregation", "shape")
 _REPLICA_SCOPE = re.compile(r"(^|/)replica_\d+(?=/|$)")
+
+
+def _keras_graph(graph):
+  """Whether graph is one Keras (2) builds a functional model's layers in, outside functions."""
+  name = getattr(graph, "name", None) or ""
+  return name == "keras_graph" or name.endswith("_scratch_graph")
 _UNIQUIFIED = re.compile(r"_\d+(?=/|$)")
 
 
@@ -211,6 +217,7 @@ class VariableStore:
     self.session_work = {}  # mode -> the Scaffold fields that need a session (graph_twin)
     self._built_savers = {}  # (thread, id) -> (Saver, {checkpoint name: variable}), per call
     self._making = threading.local()
+    self._traced = threading.local()  # .graph: the graph this thread's model code is traced in
     self._bases = []
     self._trace = None
 
@@ -227,10 +234,12 @@ class VariableStore:
     for g, name in saved:
       del g.get_collection_ref(name)[:]
     self._bases.append(graph.get_name_scope())
+    outer_graph, self._traced.graph = getattr(self._traced, "graph", None), graph
     try:
       with tf.compat.v1.variable_creator_scope(self._creator), self._recording():
         yield
     finally:
+      self._traced.graph = outer_graph
       self._bases.pop()
       for (g, name), items in saved.items():
         g.get_collection_ref(name)[:] = items
@@ -331,13 +340,29 @@ class VariableStore:
       # An absolute name (an optimizer's slots): no name scope applies, nor the
       # scope of a cond branch in the model code (a loss-scale optimizer's update).
       return name.rstrip("/")
-    scope = tf.compat.v1.get_default_graph().get_name_scope()
+    scope = self._name_scope()
     key = f"{scope}/{name}" if scope else name
     for base in sorted({b for b in self._bases if b}, key=len, reverse=True):
       if key.startswith(base + "/"):
         key = key[len(base) + 1:]
         break
     return key.rstrip("/")
+
+  def _name_scope(self):
+    """The name scope a variable made now gets its name in, as in the model_fn's TF 1 graph.
+
+    Keras builds a functional model's layers (called on `tf.keras.Input`) in
+    graphs of its own, whose name scopes start at the top; in TF 1 they were
+    built in the model_fn's graph, inside the model_fn's scopes (a
+    `variable_scope` around the model): those come first.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    scope = graph.get_name_scope()
+    traced = getattr(self._traced, "graph", None)
+    if traced is None or graph is traced or not _keras_graph(graph):
+      return scope
+    outer = traced.get_name_scope()
+    return "/".join(part for part in (outer, scope) if part)
 
   def _replica_id(self):
     """The replica being traced, counted on this worker: 0 for its first (multi-worker too)."""

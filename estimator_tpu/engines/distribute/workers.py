@@ -34,14 +34,12 @@ On one worker (any other strategy) nothing here does anything.
 """
 
 import atexit
-import contextlib
 import copy
 import shutil
 import tempfile
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import gen_summary_ops
 
 from estimator_tpu.run import preemption
 
@@ -141,36 +139,34 @@ class Workers:
         watch.release(agreed[0])
     return bool(totals.any())
 
+  def share_chiefs_values(self, variables):
+    """Every worker's copies of variables ({name: variable}) take the chief's values.
+
+    A variable the strategy makes starts from the chief's initial value on
+    every worker; values assigned afterwards by each worker on its own (a
+    fresh start's TF 1 initial values) are made one here, by one all-reduce
+    in which only the chief's first replica gives its values.
+    """
+    if not self.many:
+      return
+    names = sorted(name for name, v in variables.items() if v.dtype.is_floating)
+    strategy = self._strategy
+    local = [strategy.experimental_local_results(variables[n])[0].read_value() for n in names]
+
+    def replica():
+      first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 0)
+      given = [tf.where(first, value, tf.zeros_like(value)) for value in local]
+      return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, given)
+
+    with strategy.scope():
+      shared = strategy.experimental_local_results(
+          tf.function(lambda: strategy.run(replica), autograph=False)())[0]
+      for name, value in zip(names, shared):
+        variables[name].assign(value)
+
   def scratch_dir(self, name):
     """A temporary directory of this (non-chief) worker, removed when the process exits."""
     if self._scratch is None:
       self._scratch = tempfile.mkdtemp(prefix="estimator_tpu_worker_")
       atexit.register(shutil.rmtree, self._scratch, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{name}_", dir=self._scratch)
-
-  @contextlib.contextmanager
-  def summaries_aside(self):
-    """Within, on a worker that is not the chief, summary file writers write to scratch_dir.
-
-    A writer's directory is bound when it is made (tf.summary's and TF 1.15's
-    create_file_writer both make it through create_summary_file_writer), so
-    a host_call writing to FLAGS.model_dir writes there only on the chief.
-    """
-    if self.is_chief:
-      yield
-      return
-    original = gen_summary_ops.create_summary_file_writer
-    aside = self.scratch_dir("summaries")
-
-    def create_summary_file_writer(*args, **kwargs):
-      if "logdir" in kwargs:
-        kwargs["logdir"] = aside
-      else:
-        args = (args[0], aside, *args[2:])
-      return original(*args, **kwargs)
-
-    gen_summary_ops.create_summary_file_writer = create_summary_file_writer
-    try:
-      yield
-    finally:
-      gen_summary_ops.create_summary_file_writer = original
