@@ -4,7 +4,8 @@ Each contract program is a small TF 1 TPUEstimator program (only its import
 line changed, as the rest of the corpus) that exercises one piece of the
 TPUEstimator contract and writes what it observed as JSON to `--results=PATH`
 (evaluate()'s dict, predictions, what a hook saw, ...). The tests run it once
-with ESTIMATOR_TPU_ENGINE=estimator and once with =distribute and compare.
+with ESTIMATOR_TPU_ENGINE=estimator and once with each other engine (=distribute,
+=jax where JAX is installed) and compare.
 """
 
 import json
@@ -16,7 +17,25 @@ from conftest import program_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACT = os.path.join(REPO, "examples", "legacy_corpus", "contract")
-ENGINES = ("estimator", "distribute")
+
+
+def _has_jax():
+  try:
+    import jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    return False
+  return True
+
+
+HAS_JAX = _has_jax()
+# The engines each program's run is compared with the estimator on: the distribute engine, and
+# the JAX engine on the stacks whose lock installs JAX.
+OTHERS = ("distribute", *(("jax",) if HAS_JAX else ()))
+ENGINES = ("estimator", *OTHERS)
+ENGINE_LINES = {
+    "distribute": "[estimator_tpu] engine: distribute (OneDeviceStrategy, 1 replica), from "
+                  "ESTIMATOR_TPU_ENGINE",
+    "jax": "[estimator_tpu] engine: jax (1 cpu device), from ESTIMATOR_TPU_ENGINE"}
 
 
 def run(program, engine, work_dir, *args, timeout=300, **env):
@@ -24,7 +43,7 @@ def run(program, engine, work_dir, *args, timeout=300, **env):
 
   Args:
     program: a file name under examples/legacy_corpus/contract/.
-    engine: "estimator" or "distribute" (ESTIMATOR_TPU_ENGINE).
+    engine: "estimator", "distribute" or "jax" (ESTIMATOR_TPU_ENGINE).
     work_dir: a directory; the run gets --model_dir=work_dir/engine/model and
       --results=work_dir/engine/results.json.
     *args: more flags for the program.
@@ -46,5 +65,5 @@ def run(program, engine, work_dir, *args, timeout=300, **env):
 
 
 def run_both(program, work_dir, *args, **kwargs):
-  """{engine: results} of program on both engines, same flags."""
+  """{engine: results} of program on every engine of ENGINES, same flags."""
   return {engine: run(program, engine, work_dir, *args, **kwargs)[0] for engine in ENGINES}

@@ -1,11 +1,11 @@
-"""SessionRunHooks and eval_metric_ops on both engines: the same observations, step by step.
+"""SessionRunHooks and eval_metric_ops on every engine: the same observations, step by step.
 
 Each contract program (examples/legacy_corpus/contract/) records what its
 hooks saw (the steps they fired at and the values they got), evaluate()'s
 dicts and the event files they wrote; run with ESTIMATOR_TPU_ENGINE=estimator
-and =distribute, the two must agree. Run as a script, this file is the child
-that evaluates eval_metric_ops on two replicas (logical CPUs are set up
-before TensorFlow starts).
+and =distribute (and =jax where JAX is installed), they must agree. Run as a
+script, this file is the child that evaluates eval_metric_ops on two replicas
+(logical CPUs are set up before TensorFlow starts).
 """
 
 import glob
@@ -20,6 +20,7 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TESTS_DIR)  # as a child script too
 
 from contract_programs import CONTRACT  # noqa: E402
+from contract_programs import OTHERS  # noqa: E402
 from contract_programs import REPO  # noqa: E402
 from contract_programs import run  # noqa: E402
 from contract_programs import run_both  # noqa: E402
@@ -68,7 +69,8 @@ def _scalars(directory, tag):
 
 def test_hooks_given_to_train_evaluate_and_predict_see_the_same_steps_and_values(tmp_path):
   results = run_both("logging_hooks.py", tmp_path)
-  _assert_same(results["estimator"], results["distribute"])
+  for engine in OTHERS:
+    _assert_same(results["estimator"], results[engine])
   seen = results["distribute"]
   first = seen["train_1"]
   # Every step of the loops of 4 steps, replayed in order, with what was asked for.
@@ -93,13 +95,15 @@ def test_hooks_given_to_train_evaluate_and_predict_see_the_same_steps_and_values
   # StepCounterHook's steps/sec at the same steps (the values are times).
   steps = {engine: _events(str(tmp_path / engine / "model" / "step_rate"))
            for engine in results}
-  assert steps["distribute"] == steps["estimator"] == {"global_step/sec": [3, 5, 7, 9]}
+  for engine in results:
+    assert steps[engine] == {"global_step/sec": [3, 5, 7, 9]}, engine
 
 
 def test_a_nan_loss_stops_training_on_both_engines(tmp_path):
   # The program's NanTensorHook does not fail; the Estimator's own does, on both engines.
   results = run_both("logging_hooks.py", tmp_path, "--nan_at_step=5", "--nofail_on_nan_loss")
-  _assert_same(results["estimator"], results["distribute"])
+  for engine in OTHERS:
+    _assert_same(results["estimator"], results[engine])
   seen = results["distribute"]
   assert seen["nan_error"] == "NanLossDuringTrainingError"
   losses = [x["results"]["loss"] for x in seen["train_1"]["fetching"]]
@@ -110,7 +114,8 @@ def test_a_nan_loss_stops_training_on_both_engines(tmp_path):
 @pytest.mark.parametrize("spec", ["tpu", "estimator"])
 def test_hooks_a_model_fn_returns_see_the_same_and_write_the_same_summaries(tmp_path, spec):
   results = run_both("model_fn_hooks.py", tmp_path, f"--spec={spec}")
-  _assert_same(results["estimator"], results["distribute"])
+  for engine in OTHERS:
+    _assert_same(results["estimator"], results[engine])
   seen = results["distribute"]
   assert len(seen["train"]) == 10 and seen["train"][0]["train_op"] is None
   assert seen["train_calls"] == ["begin", "end"]
@@ -123,9 +128,11 @@ def test_hooks_a_model_fn_returns_see_the_same_and_write_the_same_summaries(tmp_
   expected = {"loss_summary", "weights_norm", "predictions", "session_log"}
   if spec == "estimator":  # the Estimator's `loss` summary, in the Scaffold's summary op
     expected.add("loss")
-  assert set(summaries["distribute"]) == set(summaries["estimator"]) == expected
+  for engine in results:
+    assert set(summaries[engine]) == expected, engine
   for tag in expected - {"session_log"}:
-    assert summaries["distribute"][tag] == [1, 4, 7, 10], tag
+    for engine in OTHERS:
+      assert summaries[engine][tag] == [1, 4, 7, 10], (engine, tag)
     # TF's SummarySaverHook decides its next step from a global step read in the same run as
     # the train_op, which may or may not hold that run's increment: in a session it can save
     # a step early ([1, 4, 6, 8] is seen under load). The engine replays after the loop and reads
@@ -135,15 +142,17 @@ def test_hooks_a_model_fn_returns_see_the_same_and_write_the_same_summaries(tmp_
   values = {engine: dict(zip(summaries[engine]["loss_summary"],
                              _scalars(directory, "loss_summary")))
             for engine, directory in directories.items()}
-  common = sorted(set(values["distribute"]) & set(values["estimator"]))
-  assert common[:2] == [1, 4]
-  assert [values["distribute"][s] for s in common] == pytest.approx(
-      [values["estimator"][s] for s in common], rel=1e-4)
+  for engine in OTHERS:
+    common = sorted(set(values[engine]) & set(values["estimator"]))
+    assert common[:2] == [1, 4]
+    assert [values[engine][s] for s in common] == pytest.approx(
+        [values["estimator"][s] for s in common], rel=1e-4), engine
 
 
 def test_eval_metric_ops_of_an_estimator_spec_give_the_estimators_dict(tmp_path):
   results = run_both("eval_metric_ops.py", tmp_path)
-  _assert_same(results["estimator"], results["distribute"])
+  for engine in OTHERS:
+    _assert_same(results["estimator"], results[engine])
   seen = results["distribute"]
   assert seen["all"] == seen["again"]  # the metrics start from zero in each evaluation
   assert seen["two_steps"]["mean_label"] != seen["all"]["mean_label"]
@@ -186,6 +195,19 @@ def test_eval_metric_ops_are_exact_over_two_replicas(tmp_path):
   assert two.pop("replicas") == 2
   # Each replica updates its own copy of a metric's variables; the value sums them.
   _assert_same(one_device["all"], two)
+
+
+@pytest.mark.skipif("jax" not in OTHERS, reason="the JAX engine needs jax, which this stack's "
+                    "lock does not install")
+def test_eval_metric_ops_are_exact_over_two_jax_devices(tmp_path):
+  one_device, _, _ = run("eval_metric_ops.py", "estimator", tmp_path)
+  # The linear model trains the same on two devices (the mean of their gradients is the
+  # global batch's); each device updates its own metric totals, the values sum them.
+  two, out, _ = run("eval_metric_ops.py", "jax", tmp_path,
+                    XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  assert out.splitlines()[0] == ("[estimator_tpu] engine: jax (2 cpu devices), from "
+                                 "ESTIMATOR_TPU_ENGINE")
+  _assert_same(one_device, two)
 
 
 if __name__ == "__main__":

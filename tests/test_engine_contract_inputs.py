@@ -1,7 +1,8 @@
-"""The distribute engine's inputs and how a program reaches it, on both engines.
+"""The engines' inputs and how a program reaches them, on the estimator and the others.
 
 Each contract program (examples/legacy_corpus/contract/) runs with
-ESTIMATOR_TPU_ENGINE=estimator and =distribute and must give the same numbers:
+ESTIMATOR_TPU_ENGINE=estimator and =distribute (and =jax where JAX is
+installed) and must give the same numbers:
 an input_fn reading params['context'], input_fns returning tensors, a TF 1
 main around the estimator, and every path and subclass to TPUEstimator.
 """
@@ -14,6 +15,8 @@ import sys
 
 from conftest import program_env
 from contract_programs import CONTRACT
+from contract_programs import ENGINE_LINES
+from contract_programs import OTHERS
 from contract_programs import run
 from contract_programs import run_both
 import numpy as np
@@ -52,11 +55,18 @@ def _assert_same_metrics(estimator, distribute):
 GRAPH_TWIN = "one more training input_fn call, by the graph twin"
 
 
+@pytest.fixture(params=OTHERS)
+def engine(request):
+  """Each engine that stands in for TPUEstimator: distribute (and jax where JAX installs)."""
+  return request.param
+
+
 @pytest.mark.slow
-def test_the_input_fn_reads_every_context_attribute_and_shards_as_the_estimator(tmp_path):
+def test_the_input_fn_reads_every_context_attribute_and_shards_as_the_estimator(tmp_path,
+                                                                                 engine):
   estimator, _, _ = run("context_input_fn.py", "estimator", tmp_path)
-  distribute, out, _ = run("context_input_fn.py", "distribute", tmp_path)
-  assert out.splitlines()[0] == ENGINE_LINE
+  distribute, out, _ = run("context_input_fn.py", engine, tmp_path)
+  assert out.splitlines()[0] == ENGINE_LINES[engine]
   _assert_same_metrics(estimator["metrics"], distribute["metrics"])
   assert distribute["metrics"]["global_step"] == 6
   _assert_same_numbers(estimator, distribute, "logits", "classes")
@@ -194,12 +204,14 @@ def test_tensors_from_the_input_fns_graph_train_evaluate_and_predict_alike(
     tmp_path, train_input, predict_input, steps):
   results = run_both("tensor_input_fn.py", tmp_path, f"--train_input={train_input}",
                      f"--predict_input={predict_input}")
-  estimator, distribute = results["estimator"], results["distribute"]
-  _assert_same_metrics(estimator["metrics"], distribute["metrics"])
-  assert distribute["metrics"]["global_step"] == steps
-  _assert_same_numbers(estimator, distribute, "weights", "logits")
-  assert len(distribute["logits"]) == 12
-  assert distribute["shapes"] == estimator["shapes"] == {"eval": [[4, 4], [4]]}
+  estimator = results["estimator"]
+  for engine in OTHERS:
+    distribute = results[engine]
+    _assert_same_metrics(estimator["metrics"], distribute["metrics"])
+    assert distribute["metrics"]["global_step"] == steps
+    _assert_same_numbers(estimator, distribute, "weights", "logits")
+    assert len(distribute["logits"]) == 12
+    assert distribute["shapes"] == estimator["shapes"] == {"eval": [[4, 4], [4]]}
 
 
 def _host_values(input_fn, mode="eval", seed=None):
@@ -258,23 +270,24 @@ def _event_values(log_dir):
 @pytest.mark.slow
 def test_placeholders_sessions_file_writers_and_savers_around_the_engine(tmp_path):
   results = run_both("graph_mode_main.py", tmp_path)
-  estimator, distribute = results["estimator"], results["distribute"]
-  _assert_same_metrics(estimator["metrics"], distribute["metrics"])
-  _assert_same_numbers(estimator, distribute, "mean", "std", "predicted", "restored")
-  for seen, twin_calls in ((estimator, 0), (distribute, 1)):  # the graph twin's (GRAPH_TWIN)
-    assert seen["mean_again"] == seen["mean"]
-    np.testing.assert_allclose(seen["restored"], seen["predicted"], atol=1e-5)
-    assert seen["seen"] == {"main_executing_eagerly": False, "after_executing_eagerly": False,
-                            "input_fn_executing_eagerly": [False] * (3 + twin_calls)}
-  values = _event_values(str(tmp_path / "distribute" / "model" / "statistics"))
-  assert values == {("loss", 6): pytest.approx(distribute["metrics"]["loss"])}
+  estimator = results["estimator"]
+  for engine in OTHERS:
+    distribute = results[engine]
+    _assert_same_metrics(estimator["metrics"], distribute["metrics"])
+    _assert_same_numbers(estimator, distribute, "mean", "std", "predicted", "restored")
+    for seen, twin_calls in ((estimator, 0), (distribute, 1)):  # the graph twin's (GRAPH_TWIN)
+      assert seen["mean_again"] == seen["mean"]
+      np.testing.assert_allclose(seen["restored"], seen["predicted"], atol=1e-5)
+      assert seen["seen"] == {"main_executing_eagerly": False, "after_executing_eagerly": False,
+                              "input_fn_executing_eagerly": [False] * (3 + twin_calls)}
+    values = _event_values(str(tmp_path / engine / "model" / "statistics"))
+    assert values == {("loss", 6): pytest.approx(distribute["metrics"]["loss"])}
 
 
 @pytest.mark.slow
-def test_a_program_that_disables_v2_behavior_runs_on_the_engine(tmp_path):
-  distribute, out, _ = run("graph_mode_main.py", "distribute", tmp_path,
-                           "--disable_v2_behavior")
-  assert out.splitlines()[0] == ENGINE_LINE
+def test_a_program_that_disables_v2_behavior_runs_on_the_engine(tmp_path, engine):
+  distribute, out, _ = run("graph_mode_main.py", engine, tmp_path, "--disable_v2_behavior")
+  assert out.splitlines()[0] == ENGINE_LINES[engine]
   reference, _, _ = run("graph_mode_main.py", "estimator", tmp_path, "--disable_v2_behavior")
   _assert_same_metrics(reference["metrics"], distribute["metrics"])
   _assert_same_numbers(reference, distribute, "predicted", "restored")
@@ -291,16 +304,21 @@ def estimator_reference(tmp_path_factory):
   return results
 
 
-@pytest.mark.parametrize("path,subclass", [
-    ("contrib", "none"), ("estimator", "empty"), ("compat_v1", "added_method"),
-    ("tensorflow_compat_v1", "own_init"), ("contrib_module", "base_init_by_name"),
-    ("tensorflow_estimator", "extends_evaluate")])
+@pytest.mark.parametrize("path,subclass,engine", [
+    ("contrib", "none", "distribute"), ("estimator", "empty", "distribute"),
+    ("compat_v1", "added_method", "distribute"),
+    ("tensorflow_compat_v1", "own_init", "distribute"),
+    ("contrib_module", "base_init_by_name", "distribute"),
+    ("tensorflow_estimator", "extends_evaluate", "distribute"),
+    # The JAX engine is reached the same way (routing.py): a path and a subclass of each kind.
+    *[("contrib", "own_init", engine) for engine in OTHERS[1:]],
+    *[("tensorflow_estimator", "extends_evaluate", engine) for engine in OTHERS[1:]]])
 @pytest.mark.slow
 def test_each_path_and_subclass_reaches_the_engine(tmp_path, estimator_reference, path,
-                                                   subclass):
-  distribute, out, _ = run("estimator_paths.py", "distribute", tmp_path, f"--path={path}",
+                                                   subclass, engine):
+  distribute, out, _ = run("estimator_paths.py", engine, tmp_path, f"--path={path}",
                            f"--subclass={subclass}")
-  assert out.splitlines()[0] == ENGINE_LINE
+  assert out.splitlines()[0] == ENGINE_LINES[engine]
   expected = dict(estimator_reference["metrics"])
   if subclass == "extends_evaluate":  # its evaluate() runs, over the engine's
     expected["evaluated_by_subclass"] = 1.0
@@ -322,12 +340,14 @@ def test_each_path_and_subclass_reaches_the_engine(tmp_path, estimator_reference
 @pytest.mark.slow
 def test_a_subclass_latest_checkpoint_picks_the_export_as_on_the_estimator(tmp_path):
   results = run_both("estimator_paths.py", tmp_path, "--subclass=latest_checkpoint")
-  estimator, distribute = results["estimator"], results["distribute"]
-  _assert_same_metrics(estimator["metrics"], distribute["metrics"])
-  # evaluate and predict read model_dir's latest; the export takes the subclass's (step 0).
-  assert distribute["metrics"]["global_step"] == 6
-  assert distribute["served"] == estimator["served"] == [[0.0, 0.0]] * 4
-  _assert_same_numbers(estimator, distribute, "logits")
+  estimator = results["estimator"]
+  for engine in OTHERS:
+    distribute = results[engine]
+    _assert_same_metrics(estimator["metrics"], distribute["metrics"])
+    # evaluate and predict read model_dir's latest; the export takes the subclass's (step 0).
+    assert distribute["metrics"]["global_step"] == 6
+    assert distribute["served"] == estimator["served"] == [[0.0, 0.0]] * 4
+    _assert_same_numbers(estimator, distribute, "logits")
 
 
 @pytest.mark.slow

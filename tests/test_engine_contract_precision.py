@@ -1,4 +1,4 @@
-"""Mixed precision in TF 1 programs on both engines: bfloat16_scope off TPU, float16 loss scale."""
+"""Mixed precision in TF 1 programs on every engine: bfloat16_scope off TPU, float16 loss scale."""
 
 import contract_programs
 import pytest
@@ -20,11 +20,13 @@ def test_bfloat16_scope_computes_in_bfloat16_on_float32_variables(scoped):
 
 
 def test_both_engines_train_the_same_model_in_bfloat16(scoped):
-  estimator, distribute = scoped["bfloat16"]["estimator"], scoped["bfloat16"]["distribute"]
-  assert distribute["variable_dtypes"] == estimator["variable_dtypes"]
-  assert distribute["loss"] == pytest.approx(estimator["loss"], rel=1e-3)
-  assert distribute["accuracy"] == pytest.approx(estimator["accuracy"], abs=1e-6)
-  assert distribute["classes"] == estimator["classes"] and len(estimator["classes"]) == 16
+  estimator = scoped["bfloat16"]["estimator"]
+  for engine in contract_programs.OTHERS:
+    distribute = scoped["bfloat16"][engine]
+    assert distribute["variable_dtypes"] == estimator["variable_dtypes"], engine
+    assert distribute["loss"] == pytest.approx(estimator["loss"], rel=1e-3), engine
+    assert distribute["accuracy"] == pytest.approx(estimator["accuracy"], abs=1e-6), engine
+    assert distribute["classes"] == estimator["classes"] and len(estimator["classes"]) == 16
 
 
 @pytest.mark.slow
@@ -54,6 +56,7 @@ def test_the_loss_scale_halves_on_overflow_and_the_model_then_trains(scaled):
 
 
 def test_both_engines_scale_the_loss_alike(scaled):
-  assert scaled["distribute"]["stops"] == scaled["estimator"]["stops"]
-  # The optimizer's slots keep their estimator names though made in the update's cond.
-  assert scaled["distribute"]["variable_dtypes"] == scaled["estimator"]["variable_dtypes"]
+  for engine in contract_programs.OTHERS:
+    assert scaled[engine]["stops"] == scaled["estimator"]["stops"], engine
+    # The optimizer's slots keep their estimator names though made in the update's cond.
+    assert scaled[engine]["variable_dtypes"] == scaled["estimator"]["variable_dtypes"], engine

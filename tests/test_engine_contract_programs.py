@@ -65,7 +65,8 @@ def metric_forms(tmp_path_factory):
 
 def test_every_eval_metrics_form_gives_the_estimators_dict(metric_forms):
   by_estimator, by_engine = metric_forms["estimator"], metric_forms["distribute"]
-  _same(by_estimator, by_engine)
+  for engine in contract_programs.OTHERS:
+    _same(by_estimator, metric_forms[engine])
   forms = ("list", "dict", "metric_ops", "closure", "estimator_spec")
   assert sorted(by_engine) == sorted([*forms, "refused"])
   # One checkpoint, five ways of asking for the same metrics: one answer.
@@ -78,7 +79,8 @@ def test_every_eval_metrics_form_gives_the_estimators_dict(metric_forms):
 
 def test_a_dict_of_metric_fns_is_refused_alike_naming_them(metric_forms):
   refused = metric_forms["distribute"]["refused"]
-  assert refused == metric_forms["estimator"]["refused"]
+  for engine in contract_programs.OTHERS:
+    assert metric_forms[engine]["refused"] == metric_forms["estimator"]["refused"], engine
   assert refused.startswith("TPUEstimatorSpec(eval_metrics=<dict>): ['accuracy'] are "
                             "(metric_fn, tensors) pairs")
 
@@ -94,7 +96,8 @@ def test_every_eval_metrics_form_is_exact_over_two_replicas(metric_forms, tmp_pa
 
 
 def test_tf2_summaries_of_a_model_fn_are_the_estimators_events_and_files(tmp_path):
-  results = run_both("tf2_summaries.py", tmp_path)
+  results = {engine: contract_programs.run("tf2_summaries.py", engine, tmp_path)[0]
+             for engine in ("estimator", "distribute")}
   _same(results["estimator"], results["distribute"])
   seen = results["distribute"]
   # record_if(step % 2 == 0): steps 0, 2 in the first train() call's file, 4 in the second's.
@@ -103,6 +106,22 @@ def test_tf2_summaries_of_a_model_fn_are_the_estimators_events_and_files(tmp_pat
   assert [step for step, _ in seen["train"]["train_loss"]] == [0, 2, 4]
   assert seen["train"]["train_loss"][0][1] == pytest.approx(0.6931472)  # log 2: zero weights
   assert [step for step, _ in seen["eval"]["eval_mean_logit"]] == [5, 5, 5]  # three batches
+
+
+@pytest.mark.skipif("jax" not in contract_programs.OTHERS, reason="the JAX engine needs jax, "
+                    "which this stack's lock does not install")
+def test_tf2_summaries_in_the_step_are_refused_on_the_jax_engine_in_one_line(tmp_path):
+  done = subprocess.run(
+      [sys.executable, os.path.join(contract_programs.CONTRACT, "tf2_summaries.py"),
+       f"--model_dir={tmp_path / 'model'}", f"--results={tmp_path / 'results.json'}"],
+      cwd=contract_programs.REPO, capture_output=True, text=True, timeout=300,
+      env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE="jax"))
+  assert done.returncode != 0
+  last = done.stderr.strip().splitlines()[-1]
+  assert ("the train step of the model_fn uses a TensorFlow resource that is not a variable "
+          "(tensorflow::SummaryWriterInterface)") in last
+  assert "host_call" in last and "--engine=distribute" in last
+  assert not (tmp_path / "results.json").exists()
 
 
 def test_tf2_summaries_are_written_once_over_two_replicas(tmp_path):
@@ -118,16 +137,17 @@ def test_tf2_summaries_are_written_once_over_two_replicas(tmp_path):
 def test_a_plain_estimator_says_in_one_line_that_it_runs_as_tensorflow_wrote_it(tmp_path):
   seen = {engine: contract_programs.run("plain_estimator.py", engine, tmp_path)
           for engine in contract_programs.ENGINES}
-  assert seen["distribute"][0] == seen["estimator"][0]  # the same Estimator ran both times
   assert seen["distribute"][0]["accuracy"] > 0.5
   lines = {engine: [line for line in stdout.splitlines() if "ESTIMATOR_TPU_ENGINE" in line]
            for engine, (_, stdout, _) in seen.items()}
   assert lines["estimator"] == [
       "[estimator_tpu] engine: estimator (Estimator, from ESTIMATOR_TPU_ENGINE=estimator)"]
-  line, = lines["distribute"]
-  assert line.startswith("[estimator_tpu] engine: estimator (Estimator), not distribute: "
-                         "ESTIMATOR_TPU_ENGINE=distribute runs TPUEstimator programs")
-  assert "runs as TensorFlow wrote it" in line
+  for engine in contract_programs.OTHERS:
+    assert seen[engine][0] == seen["estimator"][0]  # the same Estimator ran every time
+    line, = lines[engine]
+    assert line.startswith(f"[estimator_tpu] engine: estimator (Estimator), not {engine}: "
+                           f"ESTIMATOR_TPU_ENGINE={engine} runs TPUEstimator programs")
+    assert "runs as TensorFlow wrote it" in line
 
 
 def test_the_line_of_a_plain_estimator_follows_the_variable():
@@ -145,7 +165,8 @@ def test_the_line_of_a_plain_estimator_follows_the_variable():
 def test_keras_layers_and_models_name_their_variables_as_the_estimator(tmp_path):
   results = run_both("keras_layers.py", tmp_path)
   names = results["distribute"]["names"]
-  assert names == results["estimator"]["names"]
+  for engine in contract_programs.OTHERS:
+    assert results[engine]["names"] == results["estimator"]["names"], engine
   # Blocks in a subclassed Model called twice (one set), a functional Model in the scope
   # entered again, the batch norm subclass's moving statistics, the optimizer's slots.
   assert "backbone/backbone/block/tpu_batch_normalization/moving_mean" in names
@@ -160,8 +181,9 @@ def test_keras_layers_and_models_name_their_variables_as_the_estimator(tmp_path)
 def test_keras_models_checkpoints_read_both_ways(tmp_path):
   """Each engine evaluates the other's checkpoint and gets the other's evaluate() dict."""
   trained = run_both("keras_layers.py", tmp_path / "trained")
-  for reader, writer in (("distribute", "estimator"), ("estimator", "distribute")):
-    work = tmp_path / f"{reader}_reads"
+  for reader, writer in (*[(engine, "estimator") for engine in contract_programs.OTHERS],
+                         *[("estimator", engine) for engine in contract_programs.OTHERS]):
+    work = tmp_path / f"{reader}_reads_{writer}"
     shutil.copytree(tmp_path / "trained" / writer / "model", work / reader / "model")
     seen, _, _ = contract_programs.run("keras_layers.py", reader, work, "--evaluate_only")
     _same(trained[writer]["evaluate"], seen["evaluate"])

@@ -102,9 +102,10 @@ def test_every_method_returns_what_the_estimator_returns(tmp_path):
     results[engine] = _replaced(seen, model_dir)
     logs[engine] = _shapes(_lines(stderr, model_dir))
   by_estimator, by_engine = results["estimator"], results["distribute"]
-  _same_json(by_estimator, by_engine)
-  # Every call said what the estimator says, errors included ("Reraising captured error").
-  assert logs["distribute"] == logs["estimator"]
+  for engine in contract_programs.OTHERS:
+    _same_json(by_estimator, results[engine])
+    # Every call said what the estimator says, errors included ("Reraising captured error").
+    assert logs[engine] == logs["estimator"], engine
   assert ("INFO", "Skipping training since max_steps has already saved.") in logs["distribute"]
   # What the estimator gives, so the engine's is known to be it.
   assert by_engine["missing_names"] == []
@@ -181,9 +182,13 @@ def _shapes(lines):
           for level, text in lines]
 
 
+OTHERS = contract_programs.OTHERS
+
+
 @pytest.mark.slow
-def test_the_engine_logs_the_estimators_lines_in_its_order(voices):
-  by_estimator, by_engine = voices["estimator"][1], voices["distribute"][1]
+@pytest.mark.parametrize("engine", OTHERS)
+def test_the_engine_logs_the_estimators_lines_in_its_order(voices, engine):
+  by_estimator, by_engine = voices["estimator"][1], voices[engine][1]
   assert _shapes(by_engine) == _shapes(by_estimator)
   for (_, ours), (_, theirs) in zip(by_engine, by_estimator):
     numbers = [float(m.group()) for m in _NUMBER.finditer(ours)]
@@ -206,8 +211,9 @@ def test_the_programs_verbosity_governs_the_engines_lines(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_engine_returns_the_estimators_results(voices):
-  by_estimator, by_engine = voices["estimator"][0], voices["distribute"][0]
+@pytest.mark.parametrize("engine", OTHERS)
+def test_the_engine_returns_the_estimators_results(voices, engine):
+  by_estimator, by_engine = dict(voices["estimator"][0]), dict(voices[engine][0])
   assert by_engine.pop("export").isdigit() and by_estimator.pop("export").isdigit()
   _same_json(by_estimator, by_engine)
   assert len(by_engine["predictions"]) == 12
@@ -227,8 +233,9 @@ def _tree(model_dir):
 
 
 @pytest.mark.slow
-def test_the_engine_leaves_the_estimators_files(voices):
-  by_estimator, by_engine = _tree(voices["estimator"][2]), _tree(voices["distribute"][2])
+@pytest.mark.parametrize("engine", OTHERS)
+def test_the_engine_leaves_the_estimators_files(voices, engine):
+  by_estimator, by_engine = _tree(voices["estimator"][2]), _tree(voices[engine][2])
   assert by_engine == by_estimator
   assert "checkpoint" in by_engine and "eval_holdout/events.out.tfevents.*" in by_engine
   for engine in contract_programs.ENGINES:
@@ -257,10 +264,11 @@ def _events(directory):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", OTHERS)
 @pytest.mark.parametrize("directory", ["", "eval", "eval_holdout"])
-def test_the_engine_writes_the_estimators_events(voices, directory):
+def test_the_engine_writes_the_estimators_events(voices, directory, engine):
   by_estimator = _events(os.path.join(voices["estimator"][2], directory))
-  by_engine = _events(os.path.join(voices["distribute"][2], directory))
+  by_engine = _events(os.path.join(voices[engine][2], directory))
   assert [e[:3] for e in by_engine] == [e[:3] for e in by_estimator]
   for ours, theirs in zip(by_engine, by_estimator):
     if str(ours[2]).endswith("/sec"):
@@ -268,7 +276,7 @@ def test_the_engine_writes_the_estimators_events(voices, directory):
     if isinstance(theirs[3], float):
       assert ours[3] == pytest.approx(theirs[3], rel=1e-5), ours
     elif isinstance(theirs[3], bytes):
-      assert ours[3].replace(b"distribute", b"estimator") == theirs[3]
+      assert ours[3].replace(engine.encode(), b"estimator") == theirs[3]
     else:
       assert ours[3] == theirs[3], ours
   tags = {e[2] for e in by_engine}

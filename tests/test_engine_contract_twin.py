@@ -63,7 +63,8 @@ def test_scaffold_init_fn_warm_starts_a_fresh_run_once(tmp_path, init):
     np.testing.assert_array_equal(seen["at_start"]["dense/kernel"], PRETRAINED_KERNEL)
     np.testing.assert_array_equal(seen["at_start"]["dense/bias"], PRETRAINED_BIAS)
     assert seen["eval"]["global_step"] == 5
-  _assert_close(results["estimator"], results["distribute"])
+  for engine in contract_programs.OTHERS:
+    _assert_close(results["estimator"], results[engine])
 
 
 @pytest.mark.slow
@@ -78,7 +79,8 @@ def test_scaffold_init_op_feed_and_local_init_op_run_as_tf1_runs_them(tmp_path):
     assert not np.allclose(first["dense/bias"], START_BIAS)
     assert not np.allclose(resumed["dense/bias"], first["dense/bias"])
   # The resumed run's steps match only if its local_init_op ran again (the scale back to 1).
-  _assert_close(results["estimator"], results["distribute"])
+  for engine in contract_programs.OTHERS:
+    _assert_close(results["estimator"], results[engine])
 
 
 @pytest.mark.slow
@@ -87,7 +89,8 @@ def test_a_scaffold_whose_init_op_leaves_a_variable_out_stops_both_alike(tmp_pat
   assert results["estimator"] == {
       "error": "Init operations did not make model ready for local_init. ",
       "uninitialized": "Variables not initialized: dense/kernel"}
-  assert results["distribute"] == results["estimator"]
+  for engine in contract_programs.OTHERS:
+    assert results[engine] == results["estimator"], engine
 
 
 @pytest.fixture(scope="module")
@@ -101,13 +104,15 @@ def test_tensor_initial_values_are_tf1s_under_the_seed(initial_values):
   results = initial_values
   start = {engine: seen["at_start"] for engine, seen in results.items()}
   # Every variable starts where TF 1 started it: exactly, random ones included.
-  assert start["distribute"] == start["estimator"]
+  for engine in contract_programs.OTHERS:
+    assert start[engine] == start["estimator"], engine
   noise = np.asarray(start["distribute"]["noise"])
   assert noise.shape == (4, 3) and np.all(noise != 0)
   np.testing.assert_allclose(start["distribute"]["doubled"], noise * 2.0 + 1.0, rtol=1e-6)
   bias = np.asarray(start["distribute"]["bias"])
   assert bias.shape == (3,) and np.all((bias > 0) & (bias < 1))
-  _assert_close(results["estimator"], results["distribute"])
+  for engine in contract_programs.OTHERS:
+    _assert_close(results["estimator"], results[engine])
 
 
 @pytest.mark.slow
@@ -121,9 +126,11 @@ def test_tensor_initial_values_follow_the_seed(initial_values, tmp_path):
 
 
 @pytest.mark.slow
-def test_checkpoints_carry_their_meta_graph_as_the_estimator_writes_it(tmp_path):
-  results = contract_programs.run_both("meta_graph_copy.py", tmp_path)
-  seen = results["distribute"]
+@pytest.mark.parametrize("engine", contract_programs.OTHERS)
+def test_checkpoints_carry_their_meta_graph_as_the_estimator_writes_it(tmp_path, engine):
+  results = {name: contract_programs.run("meta_graph_copy.py", name, tmp_path)[0]
+             for name in ("estimator", engine)}
+  seen = results[engine]
   assert seen["files"] == [
       "checkpoint", "eval", "events.out.tfevents", "graph.pbtxt",
       *[f"model.ckpt-{step}.{ext}" for step in (4, 6, "best")
@@ -141,10 +148,13 @@ def test_checkpoints_carry_their_meta_graph_as_the_estimator_writes_it(tmp_path)
 @pytest.mark.slow
 def test_no_graph_files_when_the_run_config_says_so(tmp_path):
   results = contract_programs.run_both("meta_graph_copy.py", tmp_path, "--nosave_graph_def")
+  for engine in contract_programs.OTHERS:
+    assert results[engine]["files"] == results["estimator"]["files"], engine
   assert results["distribute"]["files"] == [
       "checkpoint", "eval", "events.out.tfevents",
       *[f"model.ckpt-{step}.{ext}" for step in (4, 6) for ext in ("data-00000-of-00001", "index")]]
-  assert results["distribute"] == results["estimator"]
+  for engine in contract_programs.OTHERS:
+    assert results[engine] == results["estimator"], engine
 
 
 # In process: what the engine refuses, naming it.

@@ -3,7 +3,7 @@
 ESTIMATOR_TPU_ENGINE chooses the engine of a program's TPUEstimator
 (routing.py). A program may build a plain `tf.estimator.Estimator` (or a
 canned one, e.g. `DNNClassifier`) instead, as programs whose `use_tpu=False`
-path skips TPUEstimator do: the distribute engine runs TPUEstimator's
+path skips TPUEstimator do: the distribute and JAX engines run TPUEstimator's
 contract (global batch sizes split into params['batch_size'] per replica,
 TPUEstimatorSpec), which an Estimator, whose input_fn batches by itself, does
 not give it. So that Estimator runs as TensorFlow wrote it, and the program
@@ -38,13 +38,14 @@ def engine_line(class_name, environ=os.environ):
   value = environ.get(choose.ENGINE_ENV, "").strip()
   if not value:
     return None
-  if choose.chosen_engine(False, environ) != "distribute":
+  engine = choose.chosen_engine(False, environ)
+  if engine not in ("distribute", "jax"):
     return f"engine: estimator ({class_name}, from {choose.ENGINE_ENV}={value})"
-  return (f"engine: estimator ({class_name}), not distribute: {choose.ENGINE_ENV}={value} "
+  return (f"engine: estimator ({class_name}), not {engine}: {choose.ENGINE_ENV}={value} "
           f"runs TPUEstimator programs, and this {class_name} is not one (it has no global "
           "batch sizes for the engine to split over replicas); it runs as TensorFlow wrote "
-          "it. Build a TPUEstimator(use_tpu=False, train_batch_size=...) to run it on the "
-          "distribute engine")
+          f"it. Build a TPUEstimator(use_tpu=False, train_batch_size=...) to run it on the "
+          f"{engine} engine")
 
 
 def _program_built(cls):

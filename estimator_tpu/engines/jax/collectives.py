@@ -1,23 +1,29 @@
 """Cross-replica sums in a traced step, as XLA all-reduces over the JAX mesh's replicas.
 
-On a TPU, TPUEstimator traces the model_fn once for all cores inside a
-`tpu_shard_context` of N shards; `CrossShardOptimizer` scales the loss by
-1/N (its MEAN reduction) and sums the gradients with `CrossReplicaSum`, and
-model code may call `tf.compat.v1.tpu.cross_replica_sum` itself (cross-replica
-batch norm). The JAX engine traces each replica's step the same way:
+TPUEstimator on a TPU traces the model_fn once for all cores inside a
+`tpu_shard_context` of N shards: `CrossShardOptimizer` scales the loss by 1/N
+(its MEAN reduction) and sums the gradients with `CrossReplicaSum`, and model
+code may call `tf.compat.v1.tpu.cross_replica_sum` itself (cross-replica
+batch norm). Off TPU (use_tpu=False) there is no shard context: programs
+test for it (TPU-only code paths, the compat layer's rules), and
+CrossShardOptimizer is a plain optimizer. The JAX engine traces each
+replica's step so that either way the replicas' gradients are combined once:
 
-- within `replicas(n)` the TPU shard context says n shards, so
-  CrossShardOptimizer (and code that reads `number_of_shards`) does what it
-  does on n TPU cores;
-- CrossReplicaSum over all replicas becomes XLA's all-reduce across the
-  partitions of the SPMD program JAX runs the step in (`XlaAllReduce`,
-  CrossReplicaAndPartition), which TensorFlow's XLA bridge lowers for any
-  platform; sums over subgroups of replicas are refused;
+- with use_tpu (JAX's TPUs), inside TPUEstimator's shard context of N
+  shards: CrossShardOptimizer runs as written, its CrossReplicaSum an XLA
+  all-reduce across the partitions of the SPMD program JAX runs the step in
+  (`XlaAllReduce`, CrossReplicaAndPartition), which TensorFlow's XLA bridge
+  lowers for any platform; sums over subgroups of replicas are refused;
+- off TPU, no shard context: CrossShardOptimizer hands its gradients to the
+  optimizer it wraps (the SUM reduction scales the loss by N), as the
+  distribute engine's rules do;
 - any other TF 1 optimizer's gradients (the program's own subclasses too,
-  whatever apply_gradients they define) are averaged over the replicas before
-  it applies them, as the distribute engine's strategy does (a TPU would let
+  whatever apply_gradients they define) are averaged over the replicas
+  before it applies them, as a tf.distribute strategy does (a TPU would let
   each core apply its own);
-- `Reductions.count` says how many sums the trace made: a step with several
+- a cross_replica_sum of the model's own over its default group sums over
+  every replica;
+- `reductions_made()` says how many sums the trace made: a step with several
   replicas that updated trainable variables without one has no gradient
   exchange (an optimizer the engine does not know) and is refused.
 """
@@ -28,33 +34,37 @@ import threading
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 from tensorflow.python.ops import gen_tpu_ops
+from tensorflow.python.ops.losses import losses_impl
 from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu import tpu_optimizer
 
 _CrossShard = tpu_optimizer.CrossShardOptimizer
 _Optimizer = tf.compat.v1.train.Optimizer
 _ORIGINAL_SUM = gen_tpu_ops.cross_replica_sum
+_CROSS_SHARD = {name: _CrossShard.__dict__[name]
+                for name in ("compute_gradients", "apply_gradients")}
 
 
 class CollectiveError(ValueError):
   """A cross-replica operation the JAX engine cannot run; the message says which and why."""
 
 
-class Reductions(threading.local):
-  """The trace's replica count and how many cross-replica sums it made."""
+class _Trace(threading.local):
+  """The trace's replica count, whether it is a TPU's, and how many sums it made."""
 
   def __init__(self):
     super().__init__()
     self.replicas = None
+    self.on_tpu = False
     self.count = 0
     self.applying = False
 
 
-_current = Reductions()
+_current = _Trace()
 
 
 def all_replicas_sum(x):
-  """x summed over every replica of the JAX mesh (a no-op on one)."""
+  """x summed over every replica of the JAX mesh (an identity on one)."""
   x = tf.convert_to_tensor(x)
   _current.count += 1
   if _current.replicas == 1:
@@ -68,7 +78,10 @@ def all_replicas_sum(x):
 def _cross_replica_sum(input, group_assignment, name=None):  # noqa: A002  (TF's own signature)
   del name
   groups = tf.get_static_value(group_assignment)
-  if groups is None or len(groups) != 1 or sorted(groups[0]) != list(range(_current.replicas)):
+  every = list(range(_current.replicas))
+  # Off TPU, TensorFlow's default group is [[0]] (it assumes one shard): every replica here.
+  default = [[0]] if not _current.on_tpu else [every]
+  if groups is None or [sorted(g) for g in groups] not in ([every], default):
     raise CollectiveError(
         f"cross_replica_sum over the replica groups {groups!r}: the JAX engine sums over all "
         f"{_current.replicas} replicas only; leave group_assignment out")
@@ -93,23 +106,36 @@ def _applying(original):
   """An optimizer class's own apply_gradients, given the replicas' mean gradient.
 
   Only the outermost call averages (a subclass's apply_gradients that calls
-  its base's, or CrossShardOptimizer's that calls the optimizer it wraps); a
-  CrossShardOptimizer's gradients are summed by its own CrossReplicaSum.
+  its base's); on a TPU a CrossShardOptimizer's gradients are summed by its
+  own CrossReplicaSum, off TPU by the optimizer it wraps.
   """
 
   def apply_gradients(self, grads_and_vars, *args, **kwargs):
     if _current.applying or _current.replicas is None:
       return original(self, grads_and_vars, *args, **kwargs)
-    _current.applying = True
+    if isinstance(self, _CrossShard) and _current.on_tpu:
+      _current.applying = True  # its CrossReplicaSum sums; the optimizer it wraps must not
     try:
-      if not isinstance(self, _CrossShard):
+      if not _current.applying:
         grads_and_vars = _averaged(list(grads_and_vars))
+        _current.applying = True
       return original(self, grads_and_vars, *args, **kwargs)
     finally:
       _current.applying = False
 
-  apply_gradients.original = original
   return apply_gradients
+
+
+def _cross_shard_compute_gradients(self, loss, var_list=None, **kwargs):
+  """Off TPU: the wrapped optimizer's gradients (of N times the loss for a SUM over shards)."""
+  if self._reduction == losses_impl.Reduction.SUM:  # pylint: disable=protected-access
+    loss = loss * float(_current.replicas)
+  return self._opt.compute_gradients(loss, var_list=var_list, **kwargs)  # pylint: disable=protected-access
+
+
+def _cross_shard_apply_gradients(self, grads_and_vars, global_step=None, name=None):
+  """Off TPU: the wrapped optimizer applies them (averaged over the replicas)."""
+  return self._opt.apply_gradients(grads_and_vars, global_step, name)  # pylint: disable=protected-access
 
 
 def _optimizer_classes():
@@ -118,7 +144,7 @@ def _optimizer_classes():
   while pending:
     cls = pending.pop()
     pending.extend(cls.__subclasses__())
-    if "apply_gradients" in cls.__dict__ and cls not in found:
+    if "apply_gradients" in cls.__dict__ and cls not in found and cls is not _CrossShard:
       found.append(cls)
   return found
 
@@ -129,46 +155,53 @@ def reductions_made():
 
 
 _lock = threading.Lock()
-_depth = [0]
 _patched = []
 
 
-def _patch():
+def _patch(on_tpu):
   gen_tpu_ops.cross_replica_sum = _cross_replica_sum
   for cls in _optimizer_classes():
     original = cls.__dict__["apply_gradients"]
     cls.apply_gradients = _applying(original)
-    _patched.append((cls, original))
+    _patched.append((cls, "apply_gradients", original))
+  if on_tpu:
+    _patched.append((_CrossShard, "apply_gradients", _CROSS_SHARD["apply_gradients"]))
+    _CrossShard.apply_gradients = _applying(_CROSS_SHARD["apply_gradients"])
+  else:
+    for name, method in (("compute_gradients", _cross_shard_compute_gradients),
+                         ("apply_gradients", _cross_shard_apply_gradients)):
+      _patched.append((_CrossShard, name, _CROSS_SHARD[name]))
+      setattr(_CrossShard, name, method)
 
 
 def _unpatch():
   gen_tpu_ops.cross_replica_sum = _ORIGINAL_SUM
   while _patched:
-    cls, original = _patched.pop()
-    cls.apply_gradients = original
+    cls, name, original = _patched.pop()
+    setattr(cls, name, original)
 
 
 @contextlib.contextmanager
-def replicas(num_replicas):
+def replicas(num_replicas, on_tpu=False):
   """Within: a replica's step traced for num_replicas replicas (see the module's docstring).
 
-  Yields:
-    the Reductions of this trace.
+  Args:
+    num_replicas: the replicas the step runs on.
+    on_tpu: whether they are a TPU's cores (the program's use_tpu): the trace
+      is then in TPUEstimator's shard context.
   """
-  _current.replicas, _current.count = num_replicas, 0
   with _lock:
-    _depth[0] += 1
-    if _depth[0] == 1:
-      _patch()
+    if _patched:
+      raise RuntimeError("a JAX engine step is being traced already (one trace at a time)")
+    _current.replicas, _current.on_tpu, _current.count = num_replicas, on_tpu, 0
+    _patch(on_tpu)
   try:
-    with _shard_context(num_replicas):
+    with _shard_context(num_replicas) if on_tpu else contextlib.nullcontext():
       yield _current
   finally:
-    _current.replicas = None
+    _current.replicas, _current.on_tpu = None, False
     with _lock:
-      _depth[0] -= 1
-      if _depth[0] == 0:
-        _unpatch()
+      _unpatch()
 
 
 @contextlib.contextmanager

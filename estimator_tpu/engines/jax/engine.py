@@ -41,6 +41,7 @@ from estimator_tpu.engines.distribute import engine as distribute_engine
 from estimator_tpu.engines.distribute import inputs
 from estimator_tpu.engines.distribute import replica_loss
 from estimator_tpu.engines.distribute import step_trace
+from estimator_tpu.engines.distribute import summary_writers
 from estimator_tpu.engines.distribute import workers as workers_lib
 from estimator_tpu.engines.jax import collectives
 from estimator_tpu.engines.jax import devices as devices_lib
@@ -80,6 +81,7 @@ class JaxEngine(distribute_engine.DistributeEngine):
                      train_batch_size, eval_batch_size, predict_batch_size, **kwargs)
     self._state = state_lib.State(self._store, self.devices)
     self._workers = hosts.Hosts()  # process 0 writes; saves and stops are agreed
+    self._writers = summary_writers.TracedWriters(self._workers)
 
   engine_name = "jax"
 
@@ -136,26 +138,26 @@ class JaxEngine(distribute_engine.DistributeEngine):
 
   def _optimizer_rules(self):
     """TF 1 optimizers as on N TPU cores (collectives.py), not the strategy's rules."""
-    return collectives.replicas(self.num_replicas)
+    return collectives.replicas(self.num_replicas, on_tpu=self._use_tpu)
 
   # The steps.
 
   def _train_function(self, carry=None):
     name = step_trace.function_name("train", carry)
     if name not in self._functions:
-      self._functions[name] = _TrainStep(self, carry)
+      self._functions[name] = _TrainStep(self, carry, name)
     return self._functions[name]
 
   def _eval_function(self, carry=None):
     name = step_trace.function_name("eval", carry)
     if name not in self._functions:
-      self._functions[name] = _EvalStep(self, carry)
+      self._functions[name] = _EvalStep(self, carry, name)
     return self._functions[name]
 
   def _predict_function(self, carry=None):
     name = step_trace.function_name("predict", carry)
     if name not in self._functions:
-      self._functions[name] = _PredictStep(self, carry)
+      self._functions[name] = _PredictStep(self, carry, name)
     return self._functions[name]
 
   def _replica_step(self, mode, carry, features, labels):
@@ -209,9 +211,10 @@ class _Step:
 
   mode = None
 
-  def __init__(self, engine, carry):
+  def __init__(self, engine, carry, name):
     self._engine = engine
     self._carry = carry
+    self.writers_key = name  # the summary writers its traces make (summary_writers.py)
     self._programs = {}  # flat per-replica batch signature -> (MeshStep, its layout)
     self.step_trace = None
     self.host_call = None
@@ -227,8 +230,9 @@ class _Step:
       return _Traced(self._program(element_spec, specs)[1].structured)
     # Batches of a shape known only when they come: traced now, lowered per shape then.
     layout = _Layout()
-    tf.function(self._replica_fn(element_spec, layout), autograph=False).get_concrete_function(
-        REPLICA_ID, *specs)
+    with self._engine._writers.tracing(self.writers_key):  # pylint: disable=protected-access
+      tf.function(self._replica_fn(element_spec, layout), autograph=False).get_concrete_function(
+          REPLICA_ID, *specs)
     return _Traced(layout.structured)
 
   def _program(self, element_spec, specs):
@@ -263,9 +267,10 @@ class _Step:
   def _lower(self, structure, specs):
     engine = self._engine
     layout = _Layout()
-    lowered = lowering.LoweredStep(self._replica_fn(structure, layout), (REPLICA_ID, *specs),
-                                   f"{self.mode} step of the model_fn",
-                                   engine._store.variables.values())  # pylint: disable=protected-access
+    with engine._writers.tracing(self.writers_key):  # pylint: disable=protected-access
+      lowered = lowering.LoweredStep(self._replica_fn(structure, layout), (REPLICA_ID, *specs),
+                                     f"{self.mode} step of the model_fn",
+                                     engine._store.variables.values())  # pylint: disable=protected-access
     self._check(layout, lowered)
     names = {v.ref(): n for n, v in engine._store.variables.items()}  # pylint: disable=protected-access
     unknown = [v.name for v in lowered.variables if v.ref() not in names]
@@ -399,17 +404,21 @@ class _TrainStep(_Step):
     """The host_call once per step, over the replicas' tensors concatenated, as TPUEstimator's."""
     if self.host_call is None:
       return
+    fn, engine = self.host_call[0], self._engine
+    key = (self.writers_key, "host_call")
     if self._host_function is None:
-      fn, engine = self.host_call[0], self._engine
 
       def host_call(tensors):
-        engine._run_host_call(fn, tensors)  # pylint: disable=protected-access
+        with engine._writers.tracing(key):  # pylint: disable=protected-access
+          engine._run_host_call(fn, tensors)  # pylint: disable=protected-access
 
       self._host_function = tf.function(host_call, autograph=False)
-    for i in range(steps):
-      joined = tf.nest.map_structure(
-          lambda t, i=i: t[i].reshape((-1,) + t.shape[3:]), host_tensors)
-      self._host_function(joined)
+    joined = [tf.nest.map_structure(lambda t, i=i: t[i].reshape((-1,) + t.shape[3:]),
+                                    host_tensors) for i in range(steps)]
+    self._host_function.get_concrete_function(joined[0])  # its writers are made now
+    engine._writers.ready(key)  # pylint: disable=protected-access
+    for tensors in joined:
+      self._host_function(tensors)
 
 
 class _EvalStep(_Step):

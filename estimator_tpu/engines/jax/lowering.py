@@ -71,7 +71,7 @@ class LoweredStep:
     self._arg_specs = list(arg_specs)
     self._function = _pruned_for_xla(python_fn, self._arg_specs)
     self.concrete = self._function.get_concrete_function(*self._arg_specs)
-    self.variables, self._constants = _captures(self.concrete, known_variables)
+    self.variables, self._constants = _captures(self.concrete, known_variables, name)
     self.out_avals = tuple(_aval(t.shape, t.dtype, f"result {i} of {name}")
                            for i, t in enumerate(self.concrete.outputs))
     self._hlo = {}
@@ -132,7 +132,7 @@ def _pruned_for_xla(python_fn, arg_specs):
   return tf.function(step, autograph=False, jit_compile=True)
 
 
-def _captures(concrete, known_variables):
+def _captures(concrete, known_variables, name):
   """(the captured variables in capture order, {capture index: constant value} of the rest)."""
   by_handle = {id(v.handle): v for v in [*known_variables, *concrete.variables]}
   variables, constants = [], {}
@@ -140,10 +140,12 @@ def _captures(concrete, known_variables):
     if captured.dtype == tf.resource:
       variable = by_handle.get(id(captured))
       if variable is None:
+        kind = re.search(r'type="([^"]+)"', str(captured))
         raise LoweringError(
-            f"the step captures a TensorFlow resource that is not a variable ({captured}): "
-            "a lookup table, iterator or summary writer cannot be state of a JAX step; "
-            "build it in the input_fn or a host_call")
+            f"the {name} uses a TensorFlow resource that is not a variable "
+            f"({kind.group(1) if kind else captured}): a lookup table, iterator or summary "
+            "writer cannot be state of a JAX step; use it in the input_fn or a host_call (as "
+            "on a TPU), or run with --engine=distribute")
       variables.append(variable)
     else:
       constants[i] = np.asarray(captured)
