@@ -1,7 +1,7 @@
-"""Training images/s by engine and precision: TPUEstimator, the distribute engine, Keras fit.
+"""Training images/s by engine and precision: TPUEstimator, the distribute and JAX engines, Keras.
 
     python benchmarks/bench_train.py    # ResNet-50 at 224 px, float32 and bfloat16
-        [--precisions=float32,bfloat16[,float16]] [--engines=estimator,distribute,keras]
+        [--precisions=float32,bfloat16[,float16]] [--engines=estimator,distribute,keras,jax]
         [--resnet_depth=50] [--image_size=224] [--batch_size=4] [--iterations_per_loop=1]
         [--warmup_steps=2] [--steps=2] [--repeats=5]
     python benchmarks/bench_train.py --model=flowers
@@ -28,7 +28,10 @@ scaling, measured by default only where a GPU is present):
   keras: Model.fit with steps_per_execution = iterations_per_loop (Keras'
     opt-in counterpart of --host_loop), accuracy as a metric, no callbacks
     but the timer, no XLA (as on the estimator side), a LossScaleOptimizer
-    in float16.
+    in float16;
+  jax: the same model_fn and input_fn on `--engine=jax` (each step lowered
+    by TensorFlow's XLA bridge, run by JAX on its CPU device), the same
+    host_call, checkpoint at the end of each train() call.
 Each round is one train()/fit() call of warmup_steps + steps per side (one
 side per engine and precision), the sides rotating which goes first.
 Steady-state images/s times the last `steps` steps only (a SessionRunHook /
@@ -45,8 +48,10 @@ The last line is one JSON object: per side `<engine>_<precision>_<figure>`;
 `bfloat16_vs_float32` (and `float16_vs_float32`) the distribute engine's
 steady images/s in that precision over float32's; `distribute_vs_estimator`
 and `distribute_vs_keras` {precision: the distribute engine's steady images/s
-over the other's} (`distribute_cpu_vs_*` per CPU second); `ratio` estimator
-÷ keras steady images/s in float32 (`cpu_ratio`, `wall_ratio`); each side's
+over the other's} (`distribute_cpu_vs_*` per CPU second); `jax_vs_estimator`
+the same of the JAX engine (`--engines=...,jax`); `ratio` jax ÷ estimator
+steady images/s in float32 when the JAX engine ran, else estimator ÷ keras
+(`cpu_ratio`, `wall_ratio`); each side's
 model-FLOPs utilisation against the machine's float32 matmul rate; whether
 the CPU has bfloat16 units and how many GPUs there are.
 """
@@ -158,8 +163,8 @@ def parse_args():
   parser.add_argument("--resnet_depth", type=int, default=50)
   parser.add_argument("--precisions", default=None,
                       help="comma-separated: float32, bfloat16, float16")
-  parser.add_argument("--engines", default=",".join(ENGINES),
-                      help="comma-separated: estimator, distribute, keras")
+  parser.add_argument("--engines", default="estimator,distribute,keras",
+                      help="comma-separated: estimator, distribute, keras, jax")
   known, _ = parser.parse_known_args()
   parser.set_defaults(**DEFAULTS[known.model])
   args = _args.check_training_timing(parser, parser.parse_args())
@@ -213,9 +218,17 @@ def summarize(runs, args, load_start, flops):
     for kind, key in (("", "steady_images_per_s"), ("cpu_", "images_per_cpu_s")):
       result[f"distribute_{kind}vs_{other}"] = {
           p: _over(result, f"distribute_{p}", f"{other}_{p}", key) for p in args.precisions}
+  for kind, key in (("", "steady_images_per_s"), ("cpu_", "images_per_cpu_s"),
+                    ("wall_", "wall_images_per_s")):
+    result[f"jax_{kind}vs_estimator"] = {
+        p: _over(result, f"jax_{p}", f"estimator_{p}", key) for p in args.precisions}
   for name, key in (("ratio", "steady_images_per_s"), ("cpu_ratio", "images_per_cpu_s"),
                     ("wall_ratio", "wall_images_per_s")):
-    result[name] = _over(result, "estimator_float32", "keras_float32", key)
+    # The JAX engine's figure against the estimator's where it ran, else the estimator's
+    # against Keras fit's.
+    result[name] = (_over(result, "jax_float32", "estimator_float32", key)
+                    if "jax" in args.engines else
+                    _over(result, "estimator_float32", "keras_float32", key))
   result["forward_gflops_per_image"] = round(forward / 1e9, 3)
   result["matmul_gflops_per_s"] = round(matmul_rate / 1e9, 1)
   for side in runs:
@@ -317,6 +330,8 @@ def print_summary(result, runs):
   for other in ("estimator", "keras"):
     ratios = ", ".join(f"{p} {v:.3f}" for p, v in result[f"distribute_vs_{other}"].items() if v)
     print(f"distribute/{other}: steady {ratios or 'not run'}")
+  ratios = ", ".join(f"{p} {v:.3f}" for p, v in result["jax_vs_estimator"].items() if v)
+  print(f"jax/estimator: steady {ratios or 'not run'}")
 
 
 if __name__ == "__main__":

@@ -20,16 +20,20 @@ CONTRACT = os.path.join(REPO, "examples", "legacy_corpus", "contract")
 
 
 def _has_jax():
+  """Whether the JAX engine runs here: JAX installed, and TensorFlow's XLA for the CPU."""
+  from estimator_tpu import stacks  # pylint: disable=import-outside-toplevel
   try:
     import jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   except ImportError:
     return False
-  return True
+  return stacks.HOST_XLA
 
 
 HAS_JAX = _has_jax()
+NO_JAX = ("the JAX engine needs jax (not in this stack's lock) and, on a CPU, TensorFlow's XLA "
+          "for the host (not in the tpu stack's TPU build)")
 # The engines each program's run is compared with the estimator on: the distribute engine, and
-# the JAX engine on the stacks whose lock installs JAX.
+# the JAX engine on the stacks where it runs on the CPU.
 OTHERS = ("distribute", *(("jax",) if HAS_JAX else ()))
 ENGINES = ("estimator", *OTHERS)
 ENGINE_LINES = {

@@ -6,6 +6,7 @@ import shutil
 from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import summary_scalars
+import contract_programs
 import pytest
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
@@ -37,16 +38,8 @@ def test_deterministic_ops_is_on_inside_the_block_and_put_back_after():
     tf_config.disable_op_determinism()
 
 
-def _has_jax():
-  try:
-    import jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  except ImportError:
-    return False
-  return True
-
-
-_HAS_JAX = _has_jax()
-_NO_JAX = "the JAX engine needs jax, which this stack's lock does not install"
+_HAS_JAX = contract_programs.HAS_JAX
+_NO_JAX = contract_programs.NO_JAX
 
 
 def _train(data_dir, model_dir, *args):

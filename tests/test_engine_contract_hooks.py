@@ -19,6 +19,7 @@ import sys
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TESTS_DIR)  # as a child script too
 
+import contract_programs  # noqa: E402
 from contract_programs import CONTRACT  # noqa: E402
 from contract_programs import OTHERS  # noqa: E402
 from contract_programs import REPO  # noqa: E402
@@ -197,8 +198,7 @@ def test_eval_metric_ops_are_exact_over_two_replicas(tmp_path):
   _assert_same(one_device["all"], two)
 
 
-@pytest.mark.skipif("jax" not in OTHERS, reason="the JAX engine needs jax, which this stack's "
-                    "lock does not install")
+@pytest.mark.skipif("jax" not in OTHERS, reason=contract_programs.NO_JAX)
 def test_eval_metric_ops_are_exact_over_two_jax_devices(tmp_path):
   one_device, _, _ = run("eval_metric_ops.py", "estimator", tmp_path)
   # The linear model trains the same on two devices (the mean of their gradients is the

@@ -13,6 +13,7 @@ from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import program_env
 from conftest import tiny_config
+import contract_programs
 import pytest
 import small_disk
 import tensorflow as tf
@@ -137,8 +138,8 @@ def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
 
 @pytest.mark.slow
 def test_sigterm_on_the_jax_engine_saves_the_step_in_flight_and_resumes(tmp_path, digits_dir):
-  pytest.importorskip("jax", reason="the JAX engine needs jax, which this stack's lock does not "
-                      "install")
+  if not contract_programs.HAS_JAX:
+    pytest.skip(contract_programs.NO_JAX)
   config, info = assemble.prepare(
       tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000).replace(
           "data", data_dir=digits_dir).replace("runtime", engine="jax", strategy="one_device"),

@@ -19,14 +19,17 @@ import pytest
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TESTS_DIR)  # as a child script too
 
-jax = pytest.importorskip("jax", reason="the JAX engine needs jax, which this stack's lock "
-                          "does not install (requirements/<stack>.lock)")
+import contract_programs  # noqa: E402
+
+if not contract_programs.HAS_JAX:
+  pytest.skip(contract_programs.NO_JAX, allow_module_level=True)
 
 from conftest import IMAGE_SIZE  # noqa: E402
 from conftest import NUM_EVAL  # noqa: E402
 from conftest import program_env  # noqa: E402
 from conftest import summary_scalars  # noqa: E402
 from conftest import tiny_config  # noqa: E402
+import jax  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from estimator_tpu import stacks  # noqa: E402

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from conftest import program_env
+import contract_programs
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -29,16 +30,8 @@ ENGINE_LINES = {
 ENGINE_LINE = ENGINE_LINES["distribute"]
 
 
-def _has_jax():
-  try:
-    import jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  except ImportError:
-    return False
-  return True
-
-
 ENGINES = ["distribute", pytest.param("jax", marks=pytest.mark.skipif(
-    not _has_jax(), reason="the JAX engine needs jax, which this stack's lock does not install"))]
+    not contract_programs.HAS_JAX, reason=contract_programs.NO_JAX))]
 
 
 @pytest.fixture(params=ENGINES)

@@ -9,6 +9,7 @@ from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import summary_scalars
 from conftest import tiny_config
+import contract_programs
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -184,16 +185,8 @@ def test_build_estimator_says_it_once(tmp_path, caplog, monkeypatch):
 
 # Training on every engine, resuming across precisions.
 
-def _has_jax():
-  try:
-    import jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  except ImportError:
-    return False
-  return True
-
-
-# The JAX engine where this stack installs JAX.
-ENGINES = ("estimator", "distribute", *(("jax",) if _has_jax() else ()))
+# The JAX engine where it runs on this stack.
+ENGINES = ("estimator", *contract_programs.OTHERS)
 
 
 def _fixed_input_fn(params):

@@ -22,6 +22,8 @@ import jax
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
+
+from estimator_tpu import stacks
 import numpy as np
 
 AXIS = "replicas"
@@ -60,6 +62,11 @@ def for_run(strategy, use_tpu, environ=os.environ, deterministic=False):
   if use_tpu and platform != "tpu":
     raise DeviceError(f"--use_tpu with --engine=jax needs JAX's TPU backend; JAX runs on "
                       f"{platform} here (install jax[tpu] on a TPU VM, or leave --use_tpu out)")
+  if platform == "cpu" and not stacks.HOST_XLA:
+    raise DeviceError(
+        f"--engine=jax on the CPU needs TensorFlow's XLA bridge for the host, which this "
+        f"stack's TensorFlow ({stacks.NAME}: the TPU build) lacks; on a TPU VM it lowers for "
+        "the TPU; on a CPU use the current stack")
   if strategy == "one_device":
     return Devices(jax.local_devices()[:1])
   return Devices(jax.devices())
