@@ -9,6 +9,7 @@ engine (engines/distribute/). All offer train/evaluate/predict, so the run's
 loop does not know which it drives.
 """
 
+import importlib
 import logging
 import os
 
@@ -201,10 +202,26 @@ def _new_program_strategy(name, run_config, environ):
   return strategies.make_strategy(name)
 
 
+def _jax_module(name, asked_by):
+  """estimator_tpu.engines.jax.<name>; JAX is imported only by runs that ask for it.
+
+  Raises:
+    ConfigError: JAX is not installed.
+  """
+  try:
+    return importlib.import_module(f"estimator_tpu.engines.jax.{name}")
+  except ImportError as e:
+    if "jax" not in str(e):
+      raise
+    raise config_lib.ConfigError(
+        f"{asked_by} needs JAX, which is not installed here ({e}): install the version this "
+        "project's lock pins (requirements/current.lock: jax, jaxlib; jax[cuda13] or jax[tpu] "
+        "on accelerators, see docs/TPU_AND_GPUS.md)") from None
+
+
 def jax_engine_class():
-  """The JaxEngine class (JAX is imported only by runs that ask for it)."""
-  from estimator_tpu.engines.jax import engine as jax_engine  # pylint: disable=import-outside-toplevel
-  return jax_engine.JaxEngine
+  """The JaxEngine class."""
+  return _jax_module("engine", f"{ENGINE_ENV}=jax").JaxEngine
 
 
 def program_jax_devices(use_tpu, environ=os.environ):
@@ -214,7 +231,7 @@ def program_jax_devices(use_tpu, environ=os.environ):
     ConfigError: a strategy the JAX engine does not take, or use_tpu where
       JAX has no TPU.
   """
-  from estimator_tpu.engines.jax import devices as jax_devices  # pylint: disable=import-outside-toplevel
+  jax_devices = _jax_module("devices", f"{ENGINE_ENV}=jax")
   name = program_strategy_name(False, environ) or "none"
   try:
     return jax_devices.for_run("none" if name == "tpu" else name, use_tpu, environ)
@@ -275,8 +292,8 @@ def build_distribute_engine(config, params, model_fn, resolver_fn=tpu_cluster_re
 
 def build_jax_engine(config, params, model_fn, export_model_fn=None):
   """The JaxEngine for config (--engine=jax): JAX's devices by --strategy (devices.py)."""
-  from estimator_tpu.engines.jax import devices as jax_devices  # pylint: disable=import-outside-toplevel
-  from estimator_tpu.engines.jax import engine as jax_engine  # pylint: disable=import-outside-toplevel
+  jax_engine = _jax_module("engine", "--engine=jax")
+  jax_devices = _jax_module("devices", "--engine=jax")
   t, r = config.train, config.runtime
   try:
     devices = jax_devices.for_run(r.strategy, r.use_tpu, deterministic=t.deterministic)

@@ -22,9 +22,9 @@ import jax
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
+import numpy as np
 
 from estimator_tpu import stacks
-import numpy as np
 
 AXIS = "replicas"
 # --strategy on the JAX engine: the devices each takes.
