@@ -40,13 +40,14 @@ _keys = _Keys()
 
 
 def _in_the_step():
-  return tf.compat.v1.get_default_graph() is _keys.graph
+  """Whether an op made now is the traced step's (not an initial value made eagerly, aside)."""
+  return not tf.executing_eagerly() and tf.compat.v1.get_default_graph() is _keys.graph
 
 
 def _key(seed, seed2):
   """The stateless seed of the next random op of the trace: [op, step and replica], int64."""
   _keys.count += 1
-  op = (int(seed) * 1_000_003 + int(seed2)) * 1_009 + _keys.count
+  op = (int(seed or 0) * 1_000_003 + int(seed2 or 0)) * 1_009 + _keys.count
   step = tf.cast(_keys.step(), tf.int64)
   replica = tf.cast(_keys.replica, tf.int64)
   return tf.stack([tf.constant(op % (2 ** 62), tf.int64), step * 65_536 + replica])
