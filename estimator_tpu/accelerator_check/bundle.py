@@ -1,0 +1,248 @@
+"""Builds an accelerator check bundle on the host: the training step lowered for other machines.
+
+A bundle is a directory a machine with JAX and NumPy alone can run
+(runner/run.py, copied into it):
+
+    manifest.json          the network, each precision's state and batch layout,
+                           seeds, checksums, TensorFlow's losses, loss targets
+    <network>_<precision>.jaxexport           the training step, jax.export'ed
+    <network>_<precision>_highest.jaxexport   float32 for a GPU: the same step
+                           with TensorFloat-32 off (the loss check's)
+    run.py  plain_jax.py  regenerate.py       the runner
+
+Each step is one replica's training step of the JAX engine
+(engines/jax/portable.py): TensorFlow's XLA bridge lowers the model_fn's
+forward pass, gradients and optimizer update for every platform asked for,
+and jax.export serializes them into one file. No weights or images are
+shipped: the initial values and the batches are regenerated from seeds by
+runner/regenerate.py's rule, here (assigned to TensorFlow's variables, then
+TensorFlow runs the step itself for the reference losses) and on the
+runner alike.
+
+On a GPU, float32 convolutions and matrix products may compute in
+TensorFloat-32 (TensorFlow's and JAX's default there). The speed step keeps
+that default, as the plain JAX network the runner times it against does;
+the loss check runs a second lowering with TensorFloat-32 off (TensorFlow's
+bridge then asks XLA for full float32 precision), so that its losses can be
+held to TensorFlow's CPU float32 run.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import jax
+import numpy as np
+import tensorflow as tf
+
+from estimator_tpu import config as config_lib
+from estimator_tpu.accelerator_check.runner import regenerate
+from estimator_tpu.data import schema
+from estimator_tpu.engines import choose
+from estimator_tpu.engines.jax import lowering
+from estimator_tpu.engines.jax import portable
+from estimator_tpu.model import precisions
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+MAX_BYTES = 60 * 2 ** 20
+RUNNER_FILES = ("run.py", "plain_jax.py", "regenerate.py")
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+# First step's loss, and each later one's, against TensorFlow's (absolute).
+# float32: a randomly started ResNet-50 moves its step-1 gradients ~3% for a
+# 1e-6 change of its input, so later steps drift apart by far more than the
+# first. bfloat16: TensorFlow's CPU kernels and another device's round
+# differently at each layer (8-bit mantissas); measured on CPU (JAX's XLA
+# against TensorFlow's kernels, ResNet-50): benchmarks/README.md.
+LOSS_TARGETS = {precisions.FLOAT32: (1e-4, 1e-2), precisions.BFLOAT16: (5e-2, 1e-1)}
+GPU_PLATFORMS = ("cuda", "rocm")
+_LOWERING_NEEDS = ("lowering for cuda or rocm needs the `tensorflow` wheel, which has TensorFlow's "
+                   "GPU XLA kernels (make install STACK=gpu), not tensorflow-cpu; for tpu, "
+                   "TensorFlow's TPU build (STACK=tpu)")
+
+
+class BundleError(ValueError):
+  """The bundle cannot be built as asked; the message names the value and what to do."""
+
+
+def build(out_dir, network="resnet", resnet_depth=50, image_size=224, batch_size=64,
+          num_classes=1000, precision_names=(precisions.FLOAT32, precisions.BFLOAT16),
+          platforms=("cuda", "cpu"), steps=5, seed=0, batch_seed=1, log=print):
+  """Writes a bundle to out_dir (made or emptied); returns its manifest.
+
+  Args:
+    out_dir: the bundle directory; an existing one must hold a bundle or
+      nothing.
+    network: the project's network (resnet, flowers, tiny).
+    resnet_depth: ResNet's depth (18, 34, 50).
+    image_size: the images' height and width.
+    batch_size: one replica's (one device's) batch.
+    num_classes: the label classes (the logits' width).
+    precision_names: --precision values, a step for each.
+    platforms: jax.export platforms (cpu, cuda, rocm, tpu).
+    steps: the training steps TensorFlow runs for the reference losses.
+    seed, batch_seed: regenerate.py's seeds of the state and the batches.
+    log: where progress lines go.
+
+  Raises:
+    BundleError: a bad value, a step TensorFlow cannot lower for a platform
+      (tpu needs TensorFlow's TPU build, cuda/rocm the `tensorflow` wheel),
+      or a bundle over MAX_BYTES.
+  """
+  _check_args(out_dir, platforms, precision_names, steps)
+  _empty(out_dir)
+  manifest = {"format": FORMAT, "network_name": _network_name(network, resnet_depth),
+              "platforms": list(platforms), "models": [],
+              "built_with": f"tensorflow {tf.__version__}, jax {jax.__version__}"}
+  for precision in precision_names:
+    log(f"{precision}: tracing the {manifest['network_name']} step (batch {batch_size}, "
+        f"{image_size} px) and lowering it for {', '.join(platforms)}")
+    with tempfile.TemporaryDirectory() as model_dir:
+      config = _config(network, resnet_depth, image_size, batch_size, num_classes, precision,
+                       model_dir)
+      manifest["models"].append(
+          _model(config, precision, platforms, steps, seed, batch_seed, out_dir, log))
+  for name in RUNNER_FILES:
+    shutil.copy(os.path.join(os.path.dirname(regenerate.__file__), name), out_dir)
+  size = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
+  if size > MAX_BYTES:
+    raise BundleError(f"the bundle in {out_dir} is {size / 2 ** 20:.1f} MiB, over "
+                      f"{MAX_BYTES / 2 ** 20:.0f} MiB: ask for fewer --platforms or --precisions")
+  # Last: a bundle without its manifest is not one (run.py says so).
+  with open(os.path.join(out_dir, MANIFEST), "w") as f:
+    json.dump(manifest, f, indent=1)
+  manifest["bytes"] = size + os.path.getsize(os.path.join(out_dir, MANIFEST))
+  return manifest
+
+
+def _check_args(out_dir, platforms, precision_names, steps):
+  unknown = [p for p in platforms if p not in PLATFORMS]
+  if unknown or not platforms:
+    raise BundleError(f"--platforms={','.join(platforms)}: each one of {', '.join(PLATFORMS)}")
+  wrong = [p for p in precision_names if p not in LOSS_TARGETS]
+  if wrong or not precision_names:
+    raise BundleError(f"--precisions={','.join(precision_names)}: each one of "
+                      f"{', '.join(LOSS_TARGETS)}")
+  if steps < 1:
+    raise BundleError(f"--steps={steps}: TensorFlow's reference needs at least one step")
+  if os.path.isdir(out_dir):
+    extra = set(os.listdir(out_dir)) - {MANIFEST, *RUNNER_FILES}
+    if any(not f.endswith(".jaxexport") for f in extra):
+      raise BundleError(f"{out_dir} holds files that are not a bundle's ({sorted(extra)[:3]}): "
+                        "give an empty or new directory")
+
+
+def _empty(out_dir):
+  os.makedirs(out_dir, exist_ok=True)
+  for name in os.listdir(out_dir):
+    os.remove(os.path.join(out_dir, name))
+
+
+def _network_name(network, resnet_depth):
+  return f"resnet{resnet_depth}" if network == "resnet" else network
+
+
+def _config(network, resnet_depth, image_size, batch_size, num_classes, precision, model_dir):
+  """The run's Config: the project's defaults, a constant learning rate, no dropout, one device."""
+  return (config_lib.Config()
+          .replace("data", image_size=image_size, num_label_classes=num_classes,
+                   class_names=tuple(str(i) for i in range(num_classes)),
+                   num_eval_examples=batch_size, random_flip=False)
+          .replace("model", model=network, resnet_depth=resnet_depth, dropout_rate=0.0,
+                   precision=precision)
+          .replace("train", train_batch_size=batch_size, eval_batch_size=batch_size,
+                   lr_schedule="constant", optimizer="momentum")
+          .replace("runtime", engine="jax", strategy="one_device", iterations_per_loop=1,
+                   model_dir=model_dir)
+          .validate())
+
+
+def _input_fn(image_size):
+  """Batches of the step's shapes: {image: [batch, size, size, 3] float32}, labels [batch] int32."""
+
+  def input_fn(params):
+    example = ({schema.IMAGE_KEY: tf.zeros([image_size, image_size, 3])}, tf.zeros([], tf.int32))
+    return tf.data.Dataset.from_tensors(example).repeat().batch(params["batch_size"],
+                                                               drop_remainder=True)
+
+  return input_fn
+
+
+def _model(config, precision, platforms, steps, seed, batch_seed, out_dir, log):
+  """One precision's manifest entry; writes its exported step(s) to out_dir."""
+  engine = choose.build_estimator(config, config.data.class_names)
+  step = portable.PortableTrainStep(engine, _input_fn(config.data.image_size))
+  state = state_entries(step.state_names, step.state_avals)
+  batch = [_batch_entry(a, config.data.num_label_classes) for a in step.batch_avals]
+  values = regenerate.initial_state(state, seed)
+  data = [regenerate.batch(batch, s, batch_seed) for s in range(steps)]
+  step.set_tf_state(values)
+  losses = [step.tf_step(b) for b in data]
+  log(f"{precision}: TensorFlow's losses {', '.join(f'{v:.6f}' for v in losses)}")
+  name = f"{_network_name(config.model.model, config.model.resnet_depth)}_{precision}"
+  exports = {"step": _export(step, platforms, out_dir, f"{name}.jaxexport", True)}
+  exports["check"] = exports["step"]
+  if precision == precisions.FLOAT32 and set(platforms) & set(GPU_PLATFORMS):
+    exports["check"] = _export(step, platforms, out_dir, f"{name}_highest.jaxexport", False)
+  params = config.to_params()
+  return {
+      "name": name, "precision": precision,
+      "network": {"model": config.model.model, "resnet_depth": config.model.resnet_depth,
+                  "image_size": config.data.image_size,
+                  "num_classes": config.data.num_label_classes},
+      "optimizer": {"learning_rate": params["base_learning_rate"] * config.train.train_batch_size
+                    / 256, "momentum": params["momentum"], "nesterov": True,
+                    "weight_decay": params["weight_decay"], "bn_momentum": 0.9,
+                    "bn_epsilon": 1e-5},
+      "seed": seed, "state": state, "state_checksum": regenerate.checksum(values),
+      "batch_seed": batch_seed, "batch": batch,
+      "batch_checksums": [regenerate.checksum(b) for b in data],
+      "reference_losses": losses, "loss_targets": list(LOSS_TARGETS[precision]),
+      "exports": exports}
+
+
+def _export(step, platforms, out_dir, file_name, tensor_float_32):
+  """Writes step.fn exported for platforms (TensorFloat-32 on or off) to out_dir/file_name."""
+  previous = tf.config.experimental.tensor_float_32_execution_enabled()
+  tf.config.experimental.enable_tensor_float_32_execution(tensor_float_32)
+  try:
+    exported = jax.export.export(jax.jit(step.fn), platforms=list(platforms))(
+        tuple(step.state_avals), list(step.batch_avals))
+  except lowering.LoweringError as e:
+    raise BundleError(f"{e} ({_LOWERING_NEEDS})") from None
+  finally:
+    tf.config.experimental.enable_tensor_float_32_execution(previous)
+  with open(os.path.join(out_dir, file_name), "wb") as f:
+    f.write(exported.serialize())
+  return file_name
+
+
+def state_entries(names, avals):
+  """The manifest's state entries: each variable's name, shape, dtype, role and init."""
+  entries = []
+  for name, aval in zip(names, avals):
+    role = role_of(name, names)
+    if role == regenerate.KERNEL and len(aval.shape) < 2:
+      role = regenerate.OTHER
+    entries.append({"name": name, "shape": list(aval.shape), "dtype": np.dtype(aval.dtype).name,
+                    "role": role, "init": regenerate.init_of(role)})
+  return entries
+
+
+def role_of(name, names):
+  """A variable's role from its name: an optimizer's slot of another, the step, or its last part."""
+  if any(name.startswith(other + "/") for other in names if other != name):
+    return regenerate.SLOT
+  if name == tf.compat.v1.GraphKeys.GLOBAL_STEP:
+    return regenerate.STEP
+  last = name.rsplit("/", 1)[-1]
+  return last if last in regenerate.NETWORK_ROLES else regenerate.OTHER
+
+
+def _batch_entry(aval, num_classes):
+  dtype = np.dtype(aval.dtype)
+  entry = {"shape": list(aval.shape), "dtype": dtype.name}
+  if np.issubdtype(dtype, np.integer):
+    return dict(entry, fill=regenerate.LABELS, high=num_classes)
+  return dict(entry, fill=regenerate.NORMAL)

@@ -1,0 +1,130 @@
+"""The accelerator check: a bundle built with TensorFlow runs on JAX and NumPy alone."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import program_env
+import numpy as np
+import pytest
+
+from estimator_tpu.accelerator_check import bundle
+from estimator_tpu.accelerator_check.runner import regenerate
+
+STEPS = 3
+# run.py as a process where TensorFlow and the project cannot be imported: `python -I` (no
+# PYTHONPATH, no user site, not the working directory) and both names blocked in sys.modules.
+NO_TENSORFLOW = """
+import runpy, sys
+for name in ("tensorflow", "tf_keras", "estimator_tpu"):
+  sys.modules[name] = None
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_bundle(bundle_dir, *args):
+  return subprocess.run(
+      [sys.executable, "-I", "-c", NO_TENSORFLOW, os.path.join(bundle_dir, "run.py"), *args],
+      cwd=os.path.dirname(bundle_dir), env=program_env(JAX_PLATFORMS="cpu"),
+      capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle(tmp_path_factory):
+  """A cpu bundle of the tiny network, float32 and bfloat16, moved away from where it was built."""
+  built = str(tmp_path_factory.mktemp("built") / "bundle")
+  manifest = bundle.build(built, network="tiny", image_size=16, batch_size=4, num_classes=10,
+                          platforms=("cpu",), steps=STEPS, log=lambda line: None)
+  moved = str(tmp_path_factory.mktemp("elsewhere") / "bundle")
+  shutil.copytree(built, moved)
+  return moved, manifest
+
+
+@pytest.mark.slow
+def test_runner_gives_tensorflows_losses_without_tensorflow(tiny_bundle):
+  bundle_dir, manifest = tiny_bundle
+  done = run_bundle(bundle_dir, "--steps=2", "--warmup=1", "--repeats=5")
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  assert result["platform"] == "cpu" and result["network"] == "tiny" and result["batch_size"] == 4
+  for model in manifest["models"]:
+    losses = result["losses"][model["precision"]]
+    assert losses["tf"] == model["reference_losses"] and len(losses["ours"]) == STEPS
+    first, rest = losses["targets"]
+    assert losses["abs_diff"][0] <= first and max(losses["abs_diff"][1:]) <= rest
+    assert losses["pass"]
+    # The plain JAX network, from the same values, is the same computation.
+    assert losses["plain_same_init"]
+    assert losses["plain_first_loss_diff"] < (1e-5 if model["precision"] == "float32" else 2e-2)
+  assert abs(result["losses"]["float32"]["abs_diff"][0]) < 1e-5
+  assert set(result["images_per_s"]) == {"float32", "bfloat16"}
+  for precision, speed in result["images_per_s"].items():
+    assert speed["ours"] > 0 and speed["plain_jax"] > 0
+    assert result["ratio_by_precision"][precision] == pytest.approx(
+        speed["ours"] / speed["plain_jax"])
+  assert result["ratio"] == min(result["ratio_by_precision"].values())
+  assert result["losses_pass"] is True
+
+
+def test_bundle_holds_steps_seeds_and_references_not_values(tiny_bundle):
+  bundle_dir, manifest = tiny_bundle
+  files = sorted(os.listdir(bundle_dir))
+  assert files == ["manifest.json", "plain_jax.py", "regenerate.py", "run.py",
+                   "tiny_bfloat16.jaxexport", "tiny_float32.jaxexport"]
+  assert manifest["bytes"] == sum(os.path.getsize(os.path.join(bundle_dir, f)) for f in files)
+  assert manifest["bytes"] < 200_000
+  model = manifest["models"][0]
+  assert [len(model["reference_losses"]), model["loss_targets"]] == [STEPS, [1e-4, 1e-2]]
+  roles = {e["name"].rsplit("/", 1)[-1] if e["role"] != "slot" else "slot": (e["role"], e["init"])
+           for e in model["state"]}
+  assert roles["kernel"] == ("kernel", "fan_in_normal")
+  assert roles["gamma"] == ("gamma", "ones") and roles["moving_variance"] == (
+      "moving_variance", "ones")
+  assert roles["slot"] == ("slot", "zeros") and roles["global_step"] == ("step", "zeros")
+  values = regenerate.initial_state(model["state"], model["seed"])
+  kernel = values[[e["role"] for e in model["state"]].index("kernel")]
+  assert kernel.shape == (3, 3, 3, 8)
+  assert np.std(kernel) == pytest.approx(np.sqrt(2 / 27), rel=0.3)
+  assert regenerate.mismatches(values, model["state_checksum"],
+                               [e["name"] for e in model["state"]]) == []
+  images, labels = regenerate.batch(model["batch"], 0, model["batch_seed"])
+  assert images.shape == (4, 16, 16, 3) and labels.dtype == np.int32
+  assert 0 <= labels.min() and labels.max() < 10
+
+
+def test_runner_refuses_values_that_are_not_the_hosts(tiny_bundle, tmp_path):
+  bundle_dir = str(tmp_path / "bundle")
+  shutil.copytree(tiny_bundle[0], bundle_dir)
+  path = os.path.join(bundle_dir, "manifest.json")
+  with open(path) as f:
+    manifest = json.load(f)
+  manifest["models"][0]["seed"] += 1
+  with open(path, "w") as f:
+    json.dump(manifest, f)
+  done = run_bundle(bundle_dir, "--no_speed")
+  assert done.returncode == 2
+  assert "regenerated initial values differ from the host's: tiny/conv_bn/conv2d/kernel" in (
+      done.stderr)
+
+
+def test_roles_come_from_names():
+  names = ["net/conv/kernel", "net/bn/gamma", "net/bn/moving_mean", "net/head/bias",
+           "global_step", "net/conv/kernel/Momentum", "net/counter"]
+  assert [bundle.role_of(n, names) for n in names] == [
+      "kernel", "gamma", "moving_mean", "bias", "step", "slot", "other"]
+
+
+def test_bad_requests_are_refused_before_anything_is_written(tmp_path):
+  with pytest.raises(bundle.BundleError, match="--platforms=gpu: each one of cpu, cuda, rocm, tpu"):
+    bundle.build(str(tmp_path / "a"), platforms=("gpu",))
+  with pytest.raises(bundle.BundleError, match="--precisions=float16"):
+    bundle.build(str(tmp_path / "a"), precision_names=("float16",))
+  (tmp_path / "b").mkdir()
+  (tmp_path / "b" / "notes.txt").write_text("mine")
+  with pytest.raises(bundle.BundleError, match="holds files that are not a bundle's"):
+    bundle.build(str(tmp_path / "b"), platforms=("cpu",))
+  assert os.listdir(tmp_path / "b") == ["notes.txt"]
+  assert not (tmp_path / "a").exists()
