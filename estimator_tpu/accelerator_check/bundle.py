@@ -9,6 +9,8 @@ A bundle is a directory a machine with JAX and NumPy alone can run
     <network>_<precision>_highest.jaxexport   float32 for a GPU: the same step
                            with TensorFloat-32 off (the loss check's)
     run.py  plain_jax.py  regenerate.py       the runner
+    _vendor/flatbuffers/   the host's flatbuffers, which jax.export needs to read
+                           a step and jax does not install (Apache License 2.0)
 
 Each step is one replica's training step of the JAX engine
 (engines/jax/portable.py): TensorFlow's XLA bridge lowers the model_fn's
@@ -48,6 +50,7 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 MAX_BYTES = 60 * 2 ** 20
 RUNNER_FILES = ("run.py", "plain_jax.py", "regenerate.py")
+VENDOR = "_vendor"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 # First step's loss, and each later one's, against TensorFlow's (absolute).
 # float32: a randomly started ResNet-50 moves its step-1 gradients ~3% for a
@@ -105,15 +108,33 @@ def build(out_dir, network="resnet", resnet_depth=50, image_size=224, batch_size
           _model(config, precision, platforms, steps, seed, batch_seed, out_dir, log))
   for name in RUNNER_FILES:
     shutil.copy(os.path.join(os.path.dirname(regenerate.__file__), name), out_dir)
-  size = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
+  _vendor_flatbuffers(out_dir)
+  size = _bytes(out_dir)
   if size > MAX_BYTES:
     raise BundleError(f"the bundle in {out_dir} is {size / 2 ** 20:.1f} MiB, over "
                       f"{MAX_BYTES / 2 ** 20:.0f} MiB: ask for fewer --platforms or --precisions")
   # Last: a bundle without its manifest is not one (run.py says so).
   with open(os.path.join(out_dir, MANIFEST), "w") as f:
     json.dump(manifest, f, indent=1)
-  manifest["bytes"] = size + os.path.getsize(os.path.join(out_dir, MANIFEST))
+  manifest["bytes"] = _bytes(out_dir)
   return manifest
+
+
+def _vendor_flatbuffers(out_dir):
+  """Copies the host's flatbuffers package to out_dir/_vendor (run.py adds it after sys.path)."""
+  import flatbuffers  # pylint: disable=import-outside-toplevel
+  source = os.path.dirname(flatbuffers.__file__)
+  target = os.path.join(out_dir, VENDOR, "flatbuffers")
+  shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+  with open(os.path.join(out_dir, VENDOR, "README"), "w") as f:
+    f.write(f"flatbuffers {getattr(flatbuffers, '__version__', '')} (Apache License 2.0), copied "
+            "from the host that built this bundle: jax.export reads steps with it and jax does "
+            "not install it. run.py uses it only where Python has no flatbuffers of its own.\n")
+
+
+def _bytes(directory):
+  return sum(os.path.getsize(os.path.join(root, f))
+             for root, _, files in os.walk(directory) for f in files)
 
 
 def _check_args(out_dir, platforms, precision_names, steps):
@@ -127,7 +148,7 @@ def _check_args(out_dir, platforms, precision_names, steps):
   if steps < 1:
     raise BundleError(f"--steps={steps}: TensorFlow's reference needs at least one step")
   if os.path.isdir(out_dir):
-    extra = set(os.listdir(out_dir)) - {MANIFEST, *RUNNER_FILES}
+    extra = set(os.listdir(out_dir)) - {MANIFEST, VENDOR, *RUNNER_FILES}
     if any(not f.endswith(".jaxexport") for f in extra):
       raise BundleError(f"{out_dir} holds files that are not a bundle's ({sorted(extra)[:3]}): "
                         "give an empty or new directory")
@@ -136,7 +157,11 @@ def _check_args(out_dir, platforms, precision_names, steps):
 def _empty(out_dir):
   os.makedirs(out_dir, exist_ok=True)
   for name in os.listdir(out_dir):
-    os.remove(os.path.join(out_dir, name))
+    path = os.path.join(out_dir, name)
+    if os.path.isdir(path):
+      shutil.rmtree(path)
+    else:
+      os.remove(path)
 
 
 def _network_name(network, resnet_depth):

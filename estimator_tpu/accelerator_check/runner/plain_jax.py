@@ -92,8 +92,9 @@ def _conv_bn(ctx, x, filters, size, strides, relu=True):
 
 
 def _max_pool(x, size, strides, padding):
-  return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, size, size, 1),
-                           (1, strides, strides, 1), padding)
+  # A Python -inf: JAX then knows the window's max and how to differentiate it.
+  return lax.reduce_window(x, -jnp.inf, lax.max, (1, size, size, 1), (1, strides, strides, 1),
+                           padding)
 
 
 def _head(ctx, x, num_classes):

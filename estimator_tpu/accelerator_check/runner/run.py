@@ -31,8 +31,10 @@ import sys
 import time
 import warnings
 
-# The runner's modules are its neighbours in the bundle, which it leaves as it found it.
+# The runner's modules are its neighbours in the bundle, which it leaves as it found it; the
+# flatbuffers jax.export needs (and jax does not install) is in _vendor, used where Python has none.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor"))
 sys.dont_write_bytecode = True
 
 import jax  # noqa: E402
