@@ -1,5 +1,6 @@
 """The accelerator check: a bundle built with TensorFlow runs on JAX and NumPy alone."""
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -14,6 +15,15 @@ from estimator_tpu.accelerator_check import bundle
 from estimator_tpu.accelerator_check.runner import regenerate
 
 STEPS = 3
+# TensorFlow's TPU build (the tpu stack) has no XLA for the host CPU: it lowers no JAX engine step.
+try:
+  importlib.metadata.version("tensorflow-tpu")
+  TPU_BUILD = True
+except importlib.metadata.PackageNotFoundError:
+  TPU_BUILD = False
+needs_host_xla = pytest.mark.skipif(
+    TPU_BUILD, reason="TensorFlow's TPU build lowers nothing for the host CPU: "
+    "test_the_tpu_build_refuses_to_build_a_bundle checks that instead")
 # run.py as a process where TensorFlow and the project cannot be imported: `python -I` (no
 # PYTHONPATH, no user site, not the working directory) and both names blocked in sys.modules.
 NO_TENSORFLOW = """
@@ -44,6 +54,7 @@ def tiny_bundle(tmp_path_factory):
 
 
 @pytest.mark.slow
+@needs_host_xla
 def test_runner_gives_tensorflows_losses_without_tensorflow(tiny_bundle):
   bundle_dir, manifest = tiny_bundle
   done = run_bundle(bundle_dir, "--steps=2", "--warmup=1", "--repeats=5")
@@ -69,6 +80,7 @@ def test_runner_gives_tensorflows_losses_without_tensorflow(tiny_bundle):
   assert result["losses_pass"] is True
 
 
+@needs_host_xla
 def test_bundle_holds_steps_seeds_and_references_not_values(tiny_bundle):
   bundle_dir, manifest = tiny_bundle
   files = sorted(os.listdir(bundle_dir))
@@ -97,6 +109,7 @@ def test_bundle_holds_steps_seeds_and_references_not_values(tiny_bundle):
   assert 0 <= labels.min() and labels.max() < 10
 
 
+@needs_host_xla
 def test_runner_refuses_values_that_are_not_the_hosts(tiny_bundle, tmp_path):
   bundle_dir = str(tmp_path / "bundle")
   shutil.copytree(tiny_bundle[0], bundle_dir)
@@ -165,3 +178,14 @@ def test_plain_jax_networks_train_a_step(network, monkeypatch):
   assert [v.shape for v in values] == [shape for _, shape in layout]
   assert len(slots) == sum(role in ("kernel", "gamma", "beta", "bias") for role, _ in layout)
   assert not np.allclose(values[0], step.state[0][0])  # the first kernel moved
+
+
+@pytest.mark.skipif(not TPU_BUILD, reason="for TensorFlow's TPU build (the tpu stack)")
+def test_the_tpu_build_refuses_to_build_a_bundle(tmp_path):
+  out = str(tmp_path / "bundle")
+  with pytest.raises(bundle.BundleError) as refused:
+    bundle.build(out, network="tiny", image_size=16, batch_size=4, num_classes=10,
+                 precision_names=("float32",), platforms=("tpu",), steps=1, log=lambda line: None)
+  message = str(refused.value)
+  assert "lowered for the host CPU" in message and "built on the current or gpu stack" in message
+  assert not os.path.exists(os.path.join(out, "manifest.json"))

@@ -14,9 +14,10 @@ runner. On the accelerator machine (jax and numpy only):
     python /tmp/bundle/run.py
 
 prints the loss check and images/s against plain JAX, last a JSON object with
-`ratio` (benchmarks/README.md). Lowering for cuda or rocm needs the
-`tensorflow` wheel (make install STACK=gpu); tensorflow-cpu lowers for cpu
-only; tpu needs TensorFlow's TPU build (STACK=tpu). The host needs no GPU.
+`ratio` (benchmarks/README.md). The host needs no accelerator: TensorFlow
+lowers the step for its CPU, the same HLO as its GPU and TPU lowerings
+(engines/jax/lowering.py), so the current and gpu stacks build bundles for
+every platform; the tpu stack cannot (its TensorFlow has no XLA for the CPU).
 """
 
 import argparse

@@ -60,9 +60,8 @@ PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 # against TensorFlow's kernels, ResNet-50): benchmarks/README.md.
 LOSS_TARGETS = {precisions.FLOAT32: (1e-4, 1e-2), precisions.BFLOAT16: (5e-2, 1e-1)}
 GPU_PLATFORMS = ("cuda", "rocm")
-_LOWERING_NEEDS = ("lowering for cuda or rocm needs the `tensorflow` wheel, which has TensorFlow's "
-                   "GPU XLA kernels (make install STACK=gpu), not tensorflow-cpu; for tpu, "
-                   "TensorFlow's TPU build (STACK=tpu)")
+_LOWERING_NEEDS = ("bundles are built on the current or gpu stack, whose TensorFlow lowers for the "
+                   "host CPU; TensorFlow's TPU build (the tpu stack) has no XLA for the CPU")
 
 
 class BundleError(ValueError):
@@ -89,9 +88,9 @@ def build(out_dir, network="resnet", resnet_depth=50, image_size=224, batch_size
     log: where progress lines go.
 
   Raises:
-    BundleError: a bad value, a step TensorFlow cannot lower for a platform
-      (tpu needs TensorFlow's TPU build, cuda/rocm the `tensorflow` wheel),
-      or a bundle over MAX_BYTES.
+    BundleError: a bad value, a step TensorFlow cannot lower (an op with no
+      XLA kernel; TensorFlow's TPU build, which lowers nothing for the host
+      CPU), or a bundle over MAX_BYTES.
   """
   _check_args(out_dir, platforms, precision_names, steps)
   _empty(out_dir)
