@@ -66,7 +66,8 @@ def test_runner_gives_tensorflows_losses_without_tensorflow(tiny_bundle):
     assert losses["tf"] == model["reference_losses"] and len(losses["ours"]) == STEPS
     first, rest = losses["targets"]
     assert losses["abs_diff"][0] <= first and max(losses["abs_diff"][1:]) <= rest
-    assert losses["pass"]
+    assert losses["targets_met"] and losses["pass"]
+    assert losses["tf_spread"] == model["reference_spread"] and losses["allowed"][0] == first
     # The plain JAX network, from the same values, is the same computation.
     assert losses["plain_same_init"]
     assert losses["plain_first_loss_diff"] < (1e-5 if model["precision"] == "float32" else 2e-2)
@@ -92,6 +93,9 @@ def test_bundle_holds_steps_seeds_and_references_not_values(tiny_bundle):
   assert manifest["bytes"] < 500_000
   model = manifest["models"][0]
   assert [len(model["reference_losses"]), model["loss_targets"]] == [STEPS, [1e-4, 1e-2]]
+  # TensorFlow against itself with the images moved by 1e-6: the first step barely moves.
+  assert len(model["reference_spread"]) == STEPS and model["spread_noise"] == 1e-6
+  assert 0 <= model["reference_spread"][0] < 1e-4
   roles = {e["name"].rsplit("/", 1)[-1] if e["role"] != "slot" else "slot": (e["role"], e["init"])
            for e in model["state"]}
   assert roles["kernel"] == ("kernel", "fan_in_normal")
@@ -109,17 +113,37 @@ def test_bundle_holds_steps_seeds_and_references_not_values(tiny_bundle):
   assert 0 <= labels.min() and labels.max() < 10
 
 
-@needs_host_xla
-def test_runner_refuses_values_that_are_not_the_hosts(tiny_bundle, tmp_path):
-  bundle_dir = str(tmp_path / "bundle")
-  shutil.copytree(tiny_bundle[0], bundle_dir)
-  path = os.path.join(bundle_dir, "manifest.json")
+def edited_copy(bundle_dir, tmp_path, edit):
+  """A copy of bundle_dir whose manifest edit(manifest) changed."""
+  copy = str(tmp_path / "bundle")
+  shutil.copytree(bundle_dir, copy)
+  path = os.path.join(copy, "manifest.json")
   with open(path) as f:
     manifest = json.load(f)
-  manifest["models"][0]["seed"] += 1
+  edit(manifest)
   with open(path, "w") as f:
     json.dump(manifest, f)
-  done = run_bundle(bundle_dir, "--no_speed")
+  return copy
+
+
+@needs_host_xla
+def test_a_first_loss_off_by_more_than_its_target_fails(tiny_bundle, tmp_path):
+  def edit(manifest):
+    manifest["models"][0]["reference_losses"][0] += 3e-4
+  done = run_bundle(edited_copy(tiny_bundle[0], tmp_path, edit), "--no_speed",
+                    "--precisions=float32")
+  assert done.returncode == 1, done.stderr[-2000:]
+  losses = json.loads(done.stdout.strip().splitlines()[-1])["losses"]["float32"]
+  assert losses["abs_diff"][0] == pytest.approx(3e-4, abs=1e-5)
+  assert not losses["pass"] and not losses["targets_met"]
+  assert "float32 losses:" in done.stdout and ": FAIL" in done.stdout
+
+
+@needs_host_xla
+def test_runner_refuses_values_that_are_not_the_hosts(tiny_bundle, tmp_path):
+  def edit(manifest):
+    manifest["models"][0]["seed"] += 1
+  done = run_bundle(edited_copy(tiny_bundle[0], tmp_path, edit), "--no_speed")
   assert done.returncode == 2
   assert "regenerated initial values differ from the host's: tiny/conv_bn/conv2d/kernel" in (
       done.stderr)

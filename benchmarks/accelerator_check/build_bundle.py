@@ -3,7 +3,7 @@
     .venv-gpu/bin/python benchmarks/accelerator_check/build_bundle.py --out=/tmp/bundle
         [--platforms=cuda,cpu] [--precisions=float32,bfloat16] [--model=resnet]
         [--resnet_depth=50] [--image_size=224] [--batch_size=64] [--num_classes=1000]
-        [--steps=5] [--seed=0] [--batch_seed=1]
+        [--steps=5] [--seed=0] [--batch_seed=1] [--base_learning_rate=0.1]
 
 The host lowers the project's training step (TensorFlow's XLA bridge, one
 replica, batch per device) for each platform and precision, runs it with
@@ -44,6 +44,8 @@ def parse_args(argv):
   parser.add_argument("--steps", type=int, default=5, help="TensorFlow's reference steps")
   parser.add_argument("--seed", type=int, default=0, help="of the initial values")
   parser.add_argument("--batch_seed", type=int, default=1, help="of the batches")
+  parser.add_argument("--base_learning_rate", type=float, default=0.1,
+                      help="constant, times --batch_size / 256 (the project's rule)")
   return parser.parse_args(argv)
 
 
@@ -55,7 +57,7 @@ def main(argv=None):
         image_size=args.image_size, batch_size=args.batch_size, num_classes=args.num_classes,
         precision_names=tuple(p for p in args.precisions.split(",") if p),
         platforms=tuple(p for p in args.platforms.split(",") if p), steps=args.steps,
-        seed=args.seed, batch_seed=args.batch_seed)
+        seed=args.seed, batch_seed=args.batch_seed, base_learning_rate=args.base_learning_rate)
   except bundle.BundleError as e:
     print(f"build_bundle: {e}", file=sys.stderr)
     return 2
