@@ -3,6 +3,9 @@
 # STACK=tf2.15: Python 3.11, TensorFlow 2.15.1 + tensorflow-estimator 2.15.0, in .venv-tf2.15.
 # STACK=tpu: Python 3.12, TensorFlow 2.20's TPU build (tensorflow-tpu + libtpu) + tf-estimator-nightly,
 #   in .venv-tpu: the stack for PJRT TPU VMs (v5e, v6e); on a host without a TPU it runs as CPU TensorFlow.
+# STACK=gpu: Python 3.12, the current stack with the `tensorflow` wheel (it lowers steps for CUDA) and
+#   jax[cuda13] (--engine=jax on NVIDIA GPUs), in .venv-gpu; on a host without a GPU JAX runs on the CPU.
+#   Not part of `.ci/run` (several GB of CUDA wheels).
 STACK ?= current
 ifeq ($(STACK),current)
   PYTHON_VERSION := 3.12
@@ -13,8 +16,11 @@ else ifeq ($(STACK),tf2.15)
 else ifeq ($(STACK),tpu)
   PYTHON_VERSION := 3.12
   VENV := .venv-tpu
+else ifeq ($(STACK),gpu)
+  PYTHON_VERSION := 3.12
+  VENV := .venv-gpu
 else
-  $(error STACK=$(STACK) is not a stack: use STACK=current (the default), STACK=tf2.15 or STACK=tpu)
+  $(error STACK=$(STACK) is not a stack: use STACK=current (the default), STACK=tf2.15, STACK=tpu or STACK=gpu)
 endif
 LOCK := requirements/$(STACK).lock
 PY := $(VENV)/bin/python

@@ -40,6 +40,14 @@ _step_p = jax_core.Primitive("tensorflow_step")
 _step_p.multiple_results = True
 
 
+# TensorFlow's refusal to lower a step that captures variables for a platform it has no device of.
+_NO_DEVICE = "does not support resource arguments when device is null"
+
+
+class _NoDevice(Exception):
+  pass
+
+
 class LoweringError(ValueError):
   """TensorFlow's XLA bridge cannot lower the step (an op with no XLA kernel, a dynamic shape)."""
 
@@ -77,15 +85,51 @@ class LoweredStep:
     self._hlo = {}
 
   def hlo(self, tf_platform):
-    """The serialized HloModule TensorFlow's XLA bridge lowers the step to, for tf_platform."""
-    if tf_platform not in self._hlo:
+    """The serialized HloModule TensorFlow's XLA bridge lowers the step to, for tf_platform.
+
+    One per platform and TensorFloat-32 setting: with TensorFloat-32 off
+    (tf.config.experimental.enable_tensor_float_32_execution(False)) the
+    bridge asks for full float32 precision in convolutions and matrix products.
+
+    The bridge lowers a step that captures variables only for a platform
+    TensorFlow has a device of ("GetCompilerIr does not support resource
+    arguments when device is null"): where it has none (a GPU or TPU that
+    JAX drives and TensorFlow does not see) the step is the host CPU's
+    lowering, as long as it holds no CPU custom call. The bridge's kernels
+    are the same for every device: a training step of convolutions, batch
+    norm, pooling, dense layers, softmax cross-entropy and momentum lowers
+    to the same HLO for CPU, GPU (TF 2.21) and TPU (TF 2.20's TPU build),
+    in float32 and bfloat16 (docs/TPU_AND_GPUS.md).
+    """
+    key = (tf_platform, tf.config.experimental.tensor_float_32_execution_enabled())
+    if key not in self._hlo:
       try:
-        with _tensorflows_determinism_off():
-          self._hlo[tf_platform] = self._function.experimental_get_compiler_ir(
-              *self._arg_specs)(stage="hlo_serialized", platform_name=tf_platform)
-      except (tf.errors.OpError, ValueError) as e:
-        raise LoweringError(unlowerable_message(str(e), self.name, tf_platform)) from None
-    return self._hlo[tf_platform]
+        self._hlo[key] = self._compiler_ir(tf_platform)
+      except _NoDevice:
+        self._hlo[key] = self._host_lowering_for(tf_platform)
+    return self._hlo[key]
+
+  def _compiler_ir(self, tf_platform):
+    try:
+      with _tensorflows_determinism_off():
+        return self._function.experimental_get_compiler_ir(*self._arg_specs)(
+            stage="hlo_serialized", platform_name=tf_platform)
+    except (tf.errors.OpError, ValueError) as e:
+      if tf_platform != "CPU" and _NO_DEVICE in str(e):
+        raise _NoDevice() from None
+      raise LoweringError(unlowerable_message(str(e), self.name, tf_platform)) from None
+
+  def _host_lowering_for(self, tf_platform):
+    try:
+      hlo = self.hlo("CPU")
+    except LoweringError as e:
+      raise LoweringError(f"{e} (TensorFlow has no {tf_platform} device here, so the step is "
+                          "lowered for the host CPU)") from None
+    if b"custom-call" in hlo:
+      raise LoweringError(
+          f"the {self.name} lowers for the host CPU with a custom call, which runs on the CPU "
+          f"only, and TensorFlow has no {tf_platform} device here to lower it for {tf_platform}")
+    return hlo
 
   def bind(self, variables, *args):
     """The step's flat results, as JAX values: variables (in self.variables' order), then args."""
