@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest
+import timings
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import testing
@@ -35,6 +36,57 @@ def program_env(**extra):
   del env[_EXECUTION_ENV]  # set for this process (above), also in xdist's workers
   env.update(extra)
   return env
+
+
+def pytest_addoption(parser):
+  parser.addoption("--timings", metavar="PATH",
+                   help="write each test phase's wall and CPU seconds, programs started and "
+                   "in-process training/export/Beam seconds to PATH as JSON lines "
+                   "(tests/timings.py; `python tests/timings.py PATH` sums them)")
+
+
+_CONFIG = {}
+
+
+def pytest_configure(config):
+  _CONFIG["config"] = config
+  path = config.getoption("timings")
+  if path:
+    if not hasattr(config, "workerinput"):  # the controller, or the only process
+      open(path, "w").close()
+    timings.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+  with timings.measured(item, "setup"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+  with timings.measured(item, "call"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+  with timings.measured(item, "teardown"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+  report = yield
+  if item.config.getoption("timings"):
+    timings.attach(item, report)
+  return report
+
+
+def pytest_runtest_logreport(report):
+  config = _CONFIG.get("config")
+  if config is not None and config.getoption("timings") and not hasattr(config, "workerinput"):
+    timings.write(config.getoption("timings"), report)
 
 
 @pytest.fixture(scope="session")
