@@ -21,6 +21,7 @@ import time
 _KINDS = ("train", "export", "beam")
 _state = threading.local()
 _totals = collections.Counter()
+_started = []  # the programs the running test phase started
 
 
 def _timed(kind, fn):
@@ -68,11 +69,23 @@ def _patch(owner, name, kind):
     setattr(owner, name, wrapped)
 
 
+def program_name(command):
+  """A short name for a command line: its script, `-m module`, `-c`, or its executable."""
+  words = command.split() if isinstance(command, str) else [str(word) for word in command]
+  for index, word in enumerate(words[1:], 1):
+    if word.endswith(".py"):
+      return "/".join(word.split("/")[-2:]) if "legacy_corpus" in word else os.path.basename(word)
+    if word in ("-m", "-c"):
+      return f"-m {words[index + 1]}" if word == "-m" else "-c"
+  return os.path.basename(words[0]) if words else "?"
+
+
 def _count_starts(popen_init):
   @functools.wraps(popen_init)
-  def init(self, *args, **kwargs):
+  def init(self, args, *more, **kwargs):
     _totals["programs"] += 1
-    return popen_init(self, *args, **kwargs)
+    _started.append(program_name(args))
+    return popen_init(self, args, *more, **kwargs)
 
   return init
 
@@ -107,18 +120,22 @@ def _usage():
 def measured(item, phase):
   """Records on item the usage of one phase (setup, call, teardown)."""
   before = _usage()
+  del _started[:]
   try:
     yield
   finally:
     after = _usage()
-    item.stash.setdefault(_STASH, {})[phase] = {
-        key: round(after[key] - before[key], 3) for key in after}
+    figures = {key: round(after[key] - before[key], 3) for key in after}
+    if _started:
+      figures["started"] = list(_started)
+    item.stash.setdefault(_STASH, {})[phase] = figures
 
 
 def attach(item, report):
   """Adds the phase's figures to report.user_properties (xdist sends them to the controller)."""
   figures = item.stash.get(_STASH, {}).get(report.when)
   if figures:
+    figures["slow"] = item.get_closest_marker("slow") is not None
     report.user_properties.append(("timings", figures))
 
 
@@ -194,5 +211,71 @@ def summarize(path, top=30, startup_cpu=None):
   print(f"| CPU of the test processes | {sums['cpu']:.0f} | CPU s |")
 
 
+def file_seconds(path, slow_ids=None):
+  """{test file: {"slow": s, "other": s}}: CPU seconds (test process and programs) of a log.
+
+  Whether a test is marked slow comes from the log, or for older logs from slow_ids.
+  """
+  seconds = collections.defaultdict(lambda: {"slow": 0.0, "other": 0.0})
+  slow = set()
+  for line in open(path):
+    record = json.loads(line)
+    if record.get("slow") or record["test"] in (slow_ids or ()):
+      slow.add(record["test"])
+  for name, figures in _read(path).items():
+    kind = "slow" if name in slow else "other"
+    seconds[name.split("::")[0]][kind] += figures["cpu"] + figures["children_cpu"]
+  return seconds
+
+
+def write_durations(log_path, durations_path, slow_ids=None):
+  """Writes tests/durations.json: each test file's CPU seconds, slow tests and the others."""
+  seconds = file_seconds(log_path, slow_ids)
+  ranked = sorted(seconds.items(), key=lambda kv: -sum(kv[1].values()))
+  rows = [f"  {json.dumps(name)}: {json.dumps({k: round(v, 1) for k, v in parts.items()})}"
+          for name, parts in ranked]
+  with open(durations_path, "w") as f:
+    f.write(f'{{"about": {json.dumps(DURATIONS_ABOUT)},\n "seconds": {{\n'
+            + ",\n".join(rows) + "\n}}\n")
+
+
+DURATIONS_ABOUT = ("CPU seconds of each test file's slow tests and other tests (the test process "
+                   "and the programs it starts) on the default stack; conftest.py starts the "
+                   "files whose selected tests take longest first. Written by `python "
+                   "tests/timings.py LOG --durations tests/durations.json`.")
+
+
+def read_durations(path):
+  """{test file: {"slow": s, "other": s}} of a durations file; {} where there is none."""
+  try:
+    with open(path) as f:
+      return json.load(f)["seconds"]
+  except FileNotFoundError:
+    return {}
+
+
+def longest_first(items, seconds):
+  """Sorts pytest items so that the files whose selected tests take longest come first.
+
+  A file's tests keep their order; a file the durations do not know comes first
+  (it may be long). With pytest-xdist's --dist loadfile (and --no-loadscope-reorder,
+  which keeps this order) a worker that finishes a file takes the next longest,
+  so no long file is left to start last.
+  """
+  selected = collections.defaultdict(set)
+  for item in items:
+    selected[item.nodeid.split("::")[0]].add(
+        "slow" if item.get_closest_marker("slow") else "other")
+  cost = {}
+  for name, kinds in selected.items():
+    known = seconds.get(name)
+    cost[name] = sum(known[kind] for kind in kinds) if known else float("inf")
+  items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])
+
+
 if __name__ == "__main__":
-  summarize(sys.argv[1], startup_cpu=float(os.environ.get("STARTUP_CPU", "0")) or None)
+  if len(sys.argv) >= 4 and sys.argv[2] == "--durations":
+    write_durations(sys.argv[1], sys.argv[3],
+                    set(open(sys.argv[4]).read().split()) if len(sys.argv) > 4 else None)
+  else:
+    summarize(sys.argv[1], startup_cpu=float(os.environ.get("STARTUP_CPU", "0")) or None)
