@@ -47,12 +47,13 @@ $(VENV)/.installed: $(LOCK) pyproject.toml
 	touch $@
 
 # One pytest worker per core, at most 4 (each loads TensorFlow and its own fixtures); a test file
-# goes to one worker whole, so its module fixtures (trained models, written data sets) are made once.
+# goes to one worker whole, so its module fixtures (trained models, written data sets) are made once,
+# the longest files first (tests/durations.json; --no-loadscope-reorder keeps that order).
 # SLOW=no leaves out the end-to-end runs marked `slow` (faults, resumes, pods, Beam, the demo):
 # CI runs them on the default stack and the rest of the suite on every stack.
 SLOW ?= yes
 test: install
-	$(PY) -m pytest -q -n auto --maxprocesses=4 --dist loadfile $(if $(filter no,$(SLOW)),-m "not slow") tests
+	$(PY) -m pytest -q -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder $(if $(filter no,$(SLOW)),-m "not slow") tests
 
 lint: install
 	$(PY) -m ruff check .

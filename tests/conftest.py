@@ -1,10 +1,11 @@
-"""Shared fixtures: small real-JPEG data sets and a briefly trained model, made once a session."""
+"""Shared fixtures: small real-JPEG data sets, trained model dirs, exports; made once a session."""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest
+import timings
 
 from estimator_tpu import config as config_lib
 from estimator_tpu import testing
@@ -35,6 +36,65 @@ def program_env(**extra):
   del env[_EXECUTION_ENV]  # set for this process (above), also in xdist's workers
   env.update(extra)
   return env
+
+
+def pytest_addoption(parser):
+  parser.addoption("--timings", metavar="PATH",
+                   help="write each test phase's wall and CPU seconds, programs started and "
+                   "in-process training/export/Beam seconds to PATH as JSON lines "
+                   "(tests/timings.py; `python tests/timings.py PATH` sums them)")
+
+
+_CONFIG = {}
+
+
+def pytest_configure(config):
+  _CONFIG["config"] = config
+  path = config.getoption("timings")
+  if path:
+    if not hasattr(config, "workerinput"):  # the controller, or the only process
+      open(path, "w").close()
+    timings.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+  with timings.measured(item, "setup"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+  with timings.measured(item, "call"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+  with timings.measured(item, "teardown"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+  report = yield
+  if item.config.getoption("timings"):
+    timings.attach(item, report)
+  return report
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(config, items):
+  """The longest test files first (tests/durations.json), for xdist to balance its workers."""
+  del config
+  timings.longest_first(items, timings.read_durations(
+      os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")))
+
+
+def pytest_runtest_logreport(report):
+  config = _CONFIG.get("config")
+  if config is not None and config.getoption("timings") and not hasattr(config, "workerinput"):
+    timings.write(config.getoption("timings"), report)
 
 
 @pytest.fixture(scope="session")
@@ -100,23 +160,83 @@ def tiny_config(model_dir, **train):
           .validate())
 
 
-@pytest.fixture(scope="session")
-def trained_model_dir(tmp_path_factory, digits_dir):
-  """A model_dir where train.py trained the tiny network 4 steps, with config.json."""
+# --- trained model dirs, made once a session and shared ----------------------------------------
+# train.py's flags for the tiny network on the digits fixture; a test adds its own.
+TINY_FLAGS = ("--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
+              "--eval_batch_size=8", "--norandom_flip", "--seed=1")
+
+
+def train_flags(*args):
+  """train.py's parsed flags (absl FlagValues) for `train.py ARGS`."""
   from absl import flags
 
   from estimator_tpu import flags as flags_lib
-  from estimator_tpu.cli import train
-  model_dir = str(tmp_path_factory.mktemp("trained"))
   flag_values = flags.FlagValues()
   flags_lib.define_flags(flag_values)
-  flag_values([
-      "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
-      "--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_steps=4",
-      "--steps_per_eval=4", "--train_batch_size=8", "--eval_batch_size=8",
-      "--norandom_flip", "--seed=1", "--summary_every_n_steps=1"])
-  assert train.run(flag_values) == 0
-  return model_dir
+  flag_values(["train.py", *args])
+  return flag_values
+
+
+def copy_model_dir(source, destination):
+  """A copy of the model dir `source` at `destination`, as if it had been trained there.
+
+  For a test that changes a shared model dir (resumes it, damages a checkpoint):
+  the files are copied and config.json names `destination` as its model_dir
+  (checkpoint paths in a model dir are relative already). Returns destination.
+  """
+  import shutil
+  shutil.copytree(source, destination)
+  saved = config_lib.read_config(destination)
+  if saved is not None:
+    config_lib.write_config(saved.replace("runtime", model_dir=str(destination)))
+  return str(destination)
+
+
+class TrainedModels:
+  """Model dirs that train.py trained in this process, once a session for each list of flags.
+
+  `get(*flags)` returns the model dir of `train.py --data_dir=DIGITS
+  --model_dir=NEW *TINY_FLAGS *flags` (later flags win), training it on first
+  use; tests read it and never change it. `copy(destination, *flags)` is a
+  private copy (copy_model_dir) for a test that changes the model dir. What
+  train.py printed is kept in `output[flags]`, out of the asking test's capsys.
+  """
+
+  def __init__(self, root, data_dir):
+    self._root, self._data_dir = root, data_dir
+    self._dirs = {}
+    self.output = {}
+
+  def get(self, *flags):
+    import contextlib
+    import io
+
+    from estimator_tpu.cli import train
+    if flags not in self._dirs:
+      model_dir = os.path.join(self._root, f"model{len(self._dirs)}")
+      printed = io.StringIO()
+      with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        status = train.run(train_flags(f"--data_dir={self._data_dir}",
+                                       f"--model_dir={model_dir}", *TINY_FLAGS, *flags))
+      self.output[flags] = printed.getvalue()
+      assert status == 0, f"train.py {' '.join(flags)} exited {status}:\n{printed.getvalue()}"
+      self._dirs[flags] = model_dir
+    return self._dirs[flags]
+
+  def copy(self, destination, *flags):
+    return copy_model_dir(self.get(*flags), destination)
+
+
+@pytest.fixture(scope="session")
+def trained_models(tmp_path_factory, digits_dir):
+  """The session's TrainedModels on the digits fixture (see TrainedModels)."""
+  return TrainedModels(str(tmp_path_factory.mktemp("trained_models")), digits_dir)
+
+
+@pytest.fixture(scope="session")
+def trained_model_dir(trained_models):
+  """A model_dir where train.py trained the tiny network 4 steps, with config.json."""
+  return trained_models.get("--train_steps=4", "--steps_per_eval=4", "--summary_every_n_steps=1")
 
 
 @pytest.fixture(scope="session")

@@ -150,8 +150,15 @@ def test_hooks_a_model_fn_returns_see_the_same_and_write_the_same_summaries(tmp_
         [values["estimator"][s] for s in common], rel=1e-4), engine
 
 
-def test_eval_metric_ops_of_an_estimator_spec_give_the_estimators_dict(tmp_path):
-  results = run_both("eval_metric_ops.py", tmp_path)
+@pytest.fixture(scope="module")
+def eval_metric_ops(tmp_path_factory):
+  """(work dir, {engine: results}) of eval_metric_ops.py, run once on each engine."""
+  work_dir = tmp_path_factory.mktemp("eval_metric_ops")
+  return work_dir, run_both("eval_metric_ops.py", work_dir)
+
+
+def test_eval_metric_ops_of_an_estimator_spec_give_the_estimators_dict(eval_metric_ops):
+  _, results = eval_metric_ops
   for engine in OTHERS:
     _assert_same(results["estimator"], results[engine])
   seen = results["distribute"]
@@ -183,10 +190,11 @@ def _two_replica_child(model_dir):
   return 0
 
 
-def test_eval_metric_ops_are_exact_over_two_replicas(tmp_path):
-  one_device, _, _ = run("eval_metric_ops.py", "estimator", tmp_path)
+def test_eval_metric_ops_are_exact_over_two_replicas(eval_metric_ops, tmp_path):
+  work_dir, results = eval_metric_ops
+  one_device = results["estimator"]
   model_dir = str(tmp_path / "two_replicas")
-  shutil.copytree(str(tmp_path / "estimator" / "model"), model_dir)
+  shutil.copytree(str(work_dir / "estimator" / "model"), model_dir)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
              ESTIMATOR_TPU_ENGINE="distribute")
   process = subprocess.run([sys.executable, __file__, model_dir], cwd=REPO, env=env,

@@ -10,7 +10,7 @@ import threading
 import time
 
 from absl import flags
-from conftest import IMAGE_SIZE
+from conftest import TINY_FLAGS
 from conftest import program_env
 from conftest import tiny_config
 import contract_programs
@@ -31,9 +31,11 @@ from estimator_tpu.run import loop
 from estimator_tpu.run import preemption
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
-        "--eval_batch_size=8", "--norandom_flip", "--seed=1"]
+TINY = list(TINY_FLAGS)
 PROGRAM_ENV = program_env(TF_CPP_MIN_LOG_LEVEL="3")
+# The runs the damaged-checkpoint tests start from (conftest's trained_models: trained once).
+FOUR_STEPS = ("--train_steps=4", "--steps_per_eval=2")
+TWO_STEPS = ("--train_steps=2", "--steps_per_eval=2")
 
 
 def _flags(*args):
@@ -291,10 +293,10 @@ def _garble_index(prefix):
     (_garble_index, "its index does not read"),
 ])
 def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_older(
-    tmp_path, digits_dir, capsys, monkeypatch, damage, reason):
+    tmp_path, digits_dir, trained_models, capsys, monkeypatch, damage, reason):
   monkeypatch.chdir(tmp_path)
   model_dir = "run"  # relative, as typed
-  assert _train(digits_dir, model_dir, "--train_steps=4", "--steps_per_eval=2") == 0
+  trained_models.copy(model_dir, *FOUR_STEPS)
   newest = os.path.join(model_dir, "model.ckpt-4")
   damaged_files = sorted(os.path.basename(p) for p in tf.io.gfile.glob(newest + ".*"))
   damage(newest)
@@ -314,10 +316,9 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_old
   assert checkpoints.problem(os.path.join(model_dir, "model.ckpt-4")) is None  # saved anew
 
 
-def test_no_restorable_checkpoint_stops_with_a_message_and_moves_nothing(tmp_path, digits_dir,
-                                                                        capsys):
-  model_dir = str(tmp_path / "all_damaged")
-  assert _train(digits_dir, model_dir, "--train_steps=2", "--steps_per_eval=2") == 0
+def test_no_restorable_checkpoint_stops_with_a_message_and_moves_nothing(
+    tmp_path, digits_dir, trained_models, capsys):
+  model_dir = trained_models.copy(str(tmp_path / "all_damaged"), *TWO_STEPS)
   for prefix in checkpoints.candidates(model_dir):
     _truncate_data(prefix)
   before = _files(model_dir)
@@ -330,10 +331,9 @@ def test_no_restorable_checkpoint_stops_with_a_message_and_moves_nothing(tmp_pat
 
 
 @pytest.mark.slow
-def test_eval_mode_and_export_skip_a_damaged_checkpoint_without_moving_it(tmp_path,
-                                                                          digits_dir, capsys):
-  model_dir = str(tmp_path / "skip")
-  assert _train(digits_dir, model_dir, "--train_steps=4", "--steps_per_eval=2") == 0
+def test_eval_mode_and_export_skip_a_damaged_checkpoint_without_moving_it(
+    tmp_path, digits_dir, trained_models, capsys):
+  model_dir = trained_models.copy(str(tmp_path / "skip"), *FOUR_STEPS)
   newest = os.path.join(model_dir, "model.ckpt-4")
   _truncate_data(newest)
   capsys.readouterr()
@@ -352,9 +352,8 @@ def test_eval_mode_and_export_skip_a_damaged_checkpoint_without_moving_it(tmp_pa
 
 @pytest.mark.slow
 def test_newest_restorable_finds_checkpoints_when_the_state_file_is_lost(tmp_path,
-                                                                         digits_dir):
-  model_dir = str(tmp_path / "no_state")
-  assert _train(digits_dir, model_dir, "--train_steps=4", "--steps_per_eval=2") == 0
+                                                                         trained_models):
+  model_dir = trained_models.copy(str(tmp_path / "no_state"), *FOUR_STEPS)
   os.remove(os.path.join(model_dir, "checkpoint"))
   assert checkpoints.newest_restorable(model_dir) == os.path.join(model_dir, "model.ckpt-4")
 

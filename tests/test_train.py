@@ -13,6 +13,7 @@ import time
 from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import TINY_FLAGS
 from conftest import program_env
 from conftest import tiny_config
 import numpy as np
@@ -30,8 +31,7 @@ from estimator_tpu.run import curves
 from estimator_tpu.run import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
-        "--eval_batch_size=8", "--norandom_flip", "--seed=1"]
+TINY = list(TINY_FLAGS)
 
 
 def _flags(*args):
@@ -105,10 +105,9 @@ def test_exact_eval_counts_37_with_batch_8_and_matches_numpy(trained_model_dir, 
 
 
 @pytest.mark.slow
-def test_rerun_continues_from_the_last_checkpoint(tmp_path, digits_dir, capsys):
-  model_dir = str(tmp_path / "m")
-  assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=2",
-              "--steps_per_eval=2", *TINY) == 0
+def test_rerun_continues_from_the_last_checkpoint(tmp_path, digits_dir, trained_models, capsys):
+  # What `--train_steps=2 --steps_per_eval=2` left (conftest's trained_models: trained once).
+  model_dir = trained_models.copy(str(tmp_path / "m"), "--train_steps=2", "--steps_per_eval=2")
   assert _run(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=5",
               "--steps_per_eval=2", *TINY) == 0
   assert loop.current_step(model_dir) == 5
