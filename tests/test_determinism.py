@@ -7,6 +7,7 @@ from absl import flags
 from conftest import IMAGE_SIZE
 from conftest import summary_scalars
 import contract_programs
+import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
@@ -104,7 +105,8 @@ def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_pa
 
 @pytest.mark.parametrize("model", [
     pytest.param(("--model=flowers", "--dropout_rate=0"), id="flowers"),
-    pytest.param(("--model=resnet", "--resnet_depth=18"), id="resnet18", marks=pytest.mark.slow)])
+    pytest.param(("--model=resnet", "--resnet_depth=18", "--dropout_rate=0"), id="resnet18",
+                 marks=pytest.mark.slow)])
 def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir, model):
   command = [*model, "--deterministic", "--steps_per_eval=20", "--train_steps=20"]
   estimator = _train(digits_dir, tmp_path / "estimator", *command, "--engine=estimator")
@@ -117,14 +119,23 @@ def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir
     engine = _train(digits_dir, tmp_path / "jax", *command, "--engine=jax",
                     "--strategy=one_device")
     assert sorted(engine) == list(range(20))
-    # XLA's kernels round otherwise than TensorFlow's (oneDNN's); each step's difference
-    # grows through the next ones (from 5e-6 at step 1 to ~1% by step 20 here): the first
-    # steps agree closely, the rest within what that growth gives.
+    # No dropout: the JAX engine draws its random ops by op, step and replica, not as
+    # TensorFlow's stateful kernels do. XLA's kernels round otherwise than TensorFlow's
+    # (oneDNN's): the first steps agree to ~1e-5, and each step's difference grows through
+    # the next ones. The flowers CNN stays within ~1% over 20 steps; a ResNet with batch
+    # norm on a batch this small is chaotic after a few updates (TensorFlow against itself,
+    # its input moved by 1e-6, differs by ~1% at step 2: benchmarks/README.md's accelerator
+    # check), so only its first three steps are held close.
     assert engine[0] == pytest.approx(estimator[0], rel=1e-5)
-    for step in range(1, 4):
-      assert engine[step] == pytest.approx(estimator[step], rel=2e-3), step
-    for step, loss in estimator.items():
-      assert engine[step] == pytest.approx(loss, rel=5e-2), step
+    if "--model=resnet" in model:
+      for step in (1, 2):
+        assert engine[step] == pytest.approx(estimator[step], rel=1e-4), step
+      assert len(set(engine.values())) == 20 and all(np.isfinite(list(engine.values())))
+    else:
+      for step in range(1, 4):
+        assert engine[step] == pytest.approx(estimator[step], rel=2e-3), step
+      for step, loss in estimator.items():
+        assert engine[step] == pytest.approx(loss, rel=5e-2), step
 
 
 @pytest.mark.slow

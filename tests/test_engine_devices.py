@@ -64,7 +64,7 @@ def test_estimator_tpu_strategy_chooses_and_a_wrong_value_names_the_variable_and
 def test_a_strategy_for_tensorflows_tpuestimator_is_refused():
   environ = {choose.ENGINE_ENV: "estimator", choose.STRATEGY_ENV: "mirrored"}
   with pytest.raises(config_lib.ConfigError, match=r"ESTIMATOR_TPU_STRATEGY=mirrored is for "
-                     r"ESTIMATOR_TPU_ENGINE=distribute: TensorFlow's TPUEstimator takes no "
+                     r"ESTIMATOR_TPU_ENGINE=distribute or jax: TensorFlow's TPUEstimator takes no "
                      r"strategy"):
     choose.prepare_program_strategy(environ)
   choose.prepare_program_strategy({choose.ENGINE_ENV: "estimator"})  # nothing asked: fine

@@ -23,8 +23,8 @@ a TPUEstimator program's `input_fn` and `model_fn` there, unchanged:
 - the input_fn's tf.data pipeline runs on the host, as TPUEstimator's
   PER_HOST_V2 input does: called once per host with each replica's share of
   the batch (`params['batch_size']`), each replica taking the next batch;
-  training stacks `iterations_per_loop` steps of batches and runs them in
-  one call (a `lax.scan`);
+  training dispatches `iterations_per_loop` steps back to back and waits
+  for the device once per loop (steps.py);
 - evaluation is exact over any number of devices: a last group of batches
   too short for every device runs with copies whose results are dropped;
 - what the XLA bridge cannot lower (an op with no XLA kernel such as a
