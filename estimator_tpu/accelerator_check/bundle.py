@@ -204,7 +204,10 @@ def _input_fn(image_size):
 
 def _model(config, precision, platforms, steps, seed, batch_seed, out_dir, log):
   """One precision's manifest entry; writes its exported step(s) to out_dir."""
-  engine = choose.build_estimator(config, config.data.class_names)
+  try:
+    engine = choose.build_estimator(config, config.data.class_names)
+  except config_lib.ConfigError as e:  # a stack whose TensorFlow cannot lower for the host
+    raise BundleError(f"{e} ({_LOWERING_NEEDS})") from None
   step = portable.PortableTrainStep(engine, _input_fn(config.data.image_size))
   state = state_entries(step.state_names, step.state_avals)
   batch = [_batch_entry(a, config.data.num_label_classes) for a in step.batch_avals]
