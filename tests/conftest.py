@@ -145,6 +145,21 @@ def summary_scalars(model_dir, tag):
   return values
 
 
+def fixed_input_fn(params, examples=64):
+  """An input_fn of the same batches in the same order on every call.
+
+  `examples` seeded normal images (IMAGE_SIZE, 3 channels) and labels in 0..9,
+  repeated, batched by params["batch_size"]: no shuffle, no augmentation.
+  """
+  import numpy as np
+  import tensorflow as tf
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(examples, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
+  labels = rng.integers(0, 10, size=examples).astype(np.int32)
+  dataset = tf.data.Dataset.from_tensor_slices(({"image": images}, labels))
+  return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+
+
 def tiny_config(model_dir, **train):
   """A validated Config for the tiny network on the digits fixture (10 classes)."""
   settings = dict(train_steps=2, steps_per_eval=2, train_batch_size=8, summary_every_n_steps=1,

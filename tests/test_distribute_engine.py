@@ -21,6 +21,7 @@ sys.path.insert(0, TESTS_DIR)  # as a child script too
 
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import fixed_input_fn
 from conftest import summary_scalars
 from conftest import tiny_config
 import tensorflow as tf
@@ -39,15 +40,6 @@ BATCH = 16
 START = 2  # both engines go on from the checkpoint of this step
 STEPS = 8
 CHILD_TIMEOUT_SECS = 300
-
-
-def _fixed_input_fn(params):
-  """The same batches in the same order on every call (no shuffle, no augmentation)."""
-  rng = np.random.default_rng(0)
-  images = rng.normal(size=(64, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
-  labels = rng.integers(0, 10, size=64).astype(np.int32)
-  dataset = tf.data.Dataset.from_tensor_slices(({"image": images}, labels))
-  return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
 
 
 def _eval_input_fn(digits_dir):
@@ -82,12 +74,12 @@ def _variables(model_dir):
 def _from_one_start(tmp_path, engines, **runtime):
   """Trains START steps with the estimator, then each engine from there to STEPS in its own dir."""
   start = str(tmp_path / "start")
-  _build(start, "estimator").train(_fixed_input_fn, max_steps=START)
+  _build(start, "estimator").train(fixed_input_fn, max_steps=START)
   dirs = {}
   for engine in engines:
     dirs[engine] = str(tmp_path / engine)
     shutil.copytree(start, dirs[engine])
-    _build(dirs[engine], engine, **runtime).train(_fixed_input_fn, max_steps=STEPS)
+    _build(dirs[engine], engine, **runtime).train(fixed_input_fn, max_steps=STEPS)
   return dirs
 
 
@@ -158,7 +150,7 @@ def test_predict_gives_every_example_its_classes(two_engines):
   built = _build(two_engines["distribute"], "distribute")
 
   def input_fn(params):
-    return _fixed_input_fn(params).take(2)
+    return fixed_input_fn(params).take(2)
 
   predictions = list(built.predict(input_fn))
   assert len(predictions) == 2 * BATCH
@@ -175,7 +167,7 @@ def test_jit_compile_trains_the_same_steps_within_xla_tolerance(tmp_path):
   jit = _host_call_losses(dirs["distribute"])
   estimator_dir = str(tmp_path / "estimator")
   shutil.copytree(str(tmp_path / "start"), estimator_dir)
-  _build(estimator_dir, "estimator").train(_fixed_input_fn, max_steps=STEPS)
+  _build(estimator_dir, "estimator").train(fixed_input_fn, max_steps=STEPS)
   reference = _host_call_losses(estimator_dir)
   for step in range(START, STEPS):
     assert jit[step] == pytest.approx(reference[step], rel=1e-2), step
@@ -197,7 +189,7 @@ def test_on_one_cpu_the_input_fns_dataset_is_iterated_as_it_is(tmp_path):
   # ResNet-50 step a third (benchmarks/README.md); GPUs and several replicas keep it.
   built = _build(str(tmp_path), "distribute")
   engine = getattr(built, "_engine", built)
-  dataset = engine._dataset(_fixed_input_fn, stacks.ModeKeys.TRAIN)  # pylint: disable=protected-access
+  dataset = engine._dataset(fixed_input_fn, stacks.ModeKeys.TRAIN)  # pylint: disable=protected-access
   assert isinstance(dataset, tf.data.Dataset)
   features, labels = next(iter(dataset))
   assert features["image"].shape == (BATCH, IMAGE_SIZE, IMAGE_SIZE, 3)
@@ -246,7 +238,7 @@ class _Fetching(tf.compat.v1.train.SessionRunHook):
 def test_a_hook_fetching_by_name_gets_every_step_of_a_loop(tmp_path):
   built = _build(str(tmp_path / "fetch"), "distribute")
   hook = _Fetching(lambda: {"step": "global_step:0", "loss": _loss_name()})
-  built.train(_fixed_input_fn, max_steps=5, hooks=[hook])  # loops of 2 (checkpoints), 2, 1
+  built.train(fixed_input_fn, max_steps=5, hooks=[hook])  # loops of 2 (checkpoints), 2, 1
   assert [int(x["step"]) for x in hook.seen] == [0, 1, 2, 3, 4]
   assert all(np.isfinite(x["loss"]) and x["loss"] > 0 for x in hook.seen)
 
@@ -256,14 +248,14 @@ def test_a_hook_asking_for_a_new_tensor_inside_a_loop_is_refused_by_name(tmp_pat
   late = _Fetching(lambda: [_loss_name()], first=1)  # nothing at step 0, the loss at step 1
   with pytest.raises(distribute_hooks.UnsupportedHookError,
                      match=r"_Fetching asked at step 1 for .*loss.*iterations_per_loop=1"):
-    built.train(_fixed_input_fn, max_steps=2, hooks=[late])
+    built.train(fixed_input_fn, max_steps=2, hooks=[late])
 
 
 def test_a_hook_that_feeds_is_refused_by_name(tmp_path):
   built = _build(str(tmp_path / "feed"), "distribute")
   feeding = tf.compat.v1.train.FeedFnHook(lambda: {"learning_rate:0": 1.0})
   with pytest.raises(distribute_hooks.UnsupportedHookError, match=r"FeedFnHook feeds the graph"):
-    built.train(_fixed_input_fn, max_steps=2, hooks=[feeding])
+    built.train(fixed_input_fn, max_steps=2, hooks=[feeding])
 
 
 def test_a_profiler_hook_profiles_the_steps_it_picks_on_both_engines(tmp_path):
@@ -272,7 +264,7 @@ def test_a_profiler_hook_profiles_the_steps_it_picks_on_both_engines(tmp_path):
     outputs[engine] = str(tmp_path / engine / "profile")
     with tf.Graph().as_default():  # its FileWriter is made with the hook, in TF 1 graph mode
       profiler = tf.compat.v1.train.ProfilerHook(save_steps=3, output_dir=outputs[engine])
-    _build(str(tmp_path / engine / "model"), engine).train(_fixed_input_fn, max_steps=7,
+    _build(str(tmp_path / engine / "model"), engine).train(fixed_input_fn, max_steps=7,
                                                            hooks=[profiler])
   timelines = sorted(os.path.basename(p) for p in glob.glob(
       os.path.join(outputs["estimator"], "timeline-*.json")))
@@ -294,7 +286,7 @@ def test_a_hook_that_asks_to_stop_ends_training_after_the_loop(tmp_path):
       StopHook.calls += 1
       run_context.request_stop()
 
-  built.train(_fixed_input_fn, max_steps=STEPS, hooks=[StopHook()])
+  built.train(fixed_input_fn, max_steps=STEPS, hooks=[StopHook()])
   assert StopHook.calls == 1
   # One loop (to the first checkpoint step, 2), then the checkpoint of the stop.
   assert os.path.basename(tf.train.latest_checkpoint(model_dir)) == f"model.ckpt-{START}"
@@ -310,7 +302,7 @@ def test_a_train_op_that_does_not_step_is_an_error(tmp_path):
 
   built = _build(str(tmp_path), "distribute", model_fn=model_fn)
   with pytest.raises(ValueError, match="global step went from 0 to 0 in 2 training steps"):
-    built.train(_fixed_input_fn, max_steps=STEPS)
+    built.train(fixed_input_fn, max_steps=STEPS)
 
 
 def test_hosts_get_their_share_through_params_context():
@@ -337,7 +329,7 @@ def _child(out_dir, digits_dir):
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
   start = os.path.join(out_dir, "start")
-  _build(start, "estimator", strategy="mirrored").train(_fixed_input_fn, max_steps=START)
+  _build(start, "estimator", strategy="mirrored").train(fixed_input_fn, max_steps=START)
   results = {}
   runs = {"estimator": ("estimator", model_fn_lib.model_fn),
           "distribute": ("distribute", model_fn_lib.model_fn),
@@ -347,7 +339,7 @@ def _child(out_dir, digits_dir):
     model_dir = os.path.join(out_dir, run)
     shutil.copytree(start, model_dir)
     built = _build(model_dir, engine, model_fn=model_fn, strategy="mirrored")
-    built.train(_fixed_input_fn, max_steps=STEPS)
+    built.train(fixed_input_fn, max_steps=STEPS)
     evaluation = built.evaluate(_eval_input_fn(digits_dir), steps=steps)
     results[run] = {"eval_loss": float(evaluation["eval_loss"]),
                     "examples": float(evaluation["num_eval_examples"]),

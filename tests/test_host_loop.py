@@ -5,6 +5,7 @@ import glob
 import os
 
 from conftest import IMAGE_SIZE
+from conftest import fixed_input_fn
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -42,15 +43,6 @@ def _estimator(model_dir, iterations_per_loop, model_fn=model_fn_lib.model_fn, h
       "runtime", iterations_per_loop=iterations_per_loop, host_loop=host_loop).validate()
   stacks.keras.utils.set_random_seed(1)  # the same initial weights on every call
   return estimator_lib.build_estimator(config, model_fn=model_fn)
-
-
-def _fixed_input_fn(params):
-  """The same 8 batches in the same order on every call (no shuffle, no augmentation)."""
-  rng = np.random.default_rng(0)
-  images = rng.normal(size=(64, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
-  labels = rng.integers(0, 10, size=64).astype(np.int32)
-  dataset = tf.data.Dataset.from_tensor_slices(({"image": images}, labels))
-  return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
 
 
 def _train(estimator, digits_dir, input_fn=None, **steps):
@@ -106,7 +98,7 @@ def test_the_loop_trains_the_weights_one_step_per_run_does(tmp_path, digits_dir)
     model_dir = tmp_path / f"loop{iterations}"
     estimator = _estimator(model_dir, iterations, train_steps=4)
     assert estimator.host_loop_iterations == iterations
-    assert len(_train(estimator, digits_dir, _fixed_input_fn, steps=4)) == 4 // iterations
+    assert len(_train(estimator, digits_dir, fixed_input_fn, steps=4)) == 4 // iterations
     weights[iterations] = {name: estimator.get_variable_value(name)
                            for name in estimator.get_variable_names()
                            if "Momentum" not in name and "iterations_per_loop" not in name}

@@ -26,6 +26,7 @@ if not contract_programs.HAS_JAX:
 
 from conftest import IMAGE_SIZE  # noqa: E402
 from conftest import NUM_EVAL  # noqa: E402
+from conftest import fixed_input_fn  # noqa: E402
 from conftest import program_env  # noqa: E402
 from conftest import summary_scalars  # noqa: E402
 from conftest import tiny_config  # noqa: E402
@@ -44,15 +45,6 @@ BATCH = 16
 START = 2  # both engines go on from the checkpoint of this step
 STEPS = START + 20
 CHILD_TIMEOUT_SECS = 300
-
-
-def _fixed_input_fn(params):
-  """The same batches in the same order on every call (no shuffle, no augmentation)."""
-  rng = np.random.default_rng(0)
-  images = rng.normal(size=(64, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
-  labels = rng.integers(0, 10, size=64).astype(np.int32)
-  dataset = tf.data.Dataset.from_tensor_slices(({"image": images}, labels))
-  return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
 
 
 def _eval_input_fn(digits_dir, batch=BATCH):
@@ -84,12 +76,12 @@ def two_engines(tmp_path_factory):
   """The estimator trains START steps; then it and the JAX engine each train on from there."""
   root = tmp_path_factory.mktemp("engines")
   start = str(root / "start")
-  _build(start, "estimator").train(_fixed_input_fn, max_steps=START)
+  _build(start, "estimator").train(fixed_input_fn, max_steps=START)
   dirs = {}
   for engine in ("estimator", "jax"):
     dirs[engine] = str(root / engine)
     shutil.copytree(start, dirs[engine])
-    _build(dirs[engine], engine, strategy="one_device").train(_fixed_input_fn, max_steps=STEPS)
+    _build(dirs[engine], engine, strategy="one_device").train(fixed_input_fn, max_steps=STEPS)
   return dirs
 
 
@@ -134,7 +126,7 @@ def test_predictions_carry_the_class_names_the_host_looks_up(two_engines):
   built = _build(two_engines["jax"], "jax", strategy="one_device")
 
   def input_fn(params):
-    return _fixed_input_fn(params).take(2)
+    return fixed_input_fn(params).take(2)
 
   predictions = list(built.predict(input_fn))
   reference = list(_build(two_engines["jax"], "estimator").predict(input_fn))
@@ -149,7 +141,7 @@ def test_the_estimator_resumes_and_exports_a_jax_model_dir(two_engines, tmp_path
   from estimator_tpu.export import saved_model
   model_dir = str(tmp_path / "resumed")
   shutil.copytree(two_engines["jax"], model_dir)
-  _build(model_dir, "estimator").train(_fixed_input_fn, max_steps=STEPS + 2)
+  _build(model_dir, "estimator").train(fixed_input_fn, max_steps=STEPS + 2)
   assert int(_variables(model_dir)["global_step"]) == STEPS + 2
   images = np.random.default_rng(3).uniform(-1, 1, (5, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(
       np.float32)
@@ -189,7 +181,7 @@ def test_a_py_func_in_the_step_is_refused_naming_the_op(tmp_path):
   py_func = _model_fn_with(tanh_on_the_host)
   built = _build(str(tmp_path), "jax", model_fn=py_func, strategy="one_device")
   with pytest.raises(lowering.LoweringError) as raised:
-    built.train(_fixed_input_fn, max_steps=2)
+    built.train(fixed_input_fn, max_steps=2)
   message = str(raised.value)
   assert "\n" not in message
   assert "the train step of the model_fn uses the op PyFunc" in message
@@ -266,7 +258,7 @@ def _child(out_dir, digits_dir):
       losses = []
       built = _build(model_dir, "jax", model_fn=_plain_model_fn(cross_shard, losses),
                      strategy=strategy)
-      built.train(_fixed_input_fn, max_steps=6)
+      built.train(fixed_input_fn, max_steps=6)
       results[f"{name}_{strategy}"] = {
           "losses": losses,
           "kernel": float(np.abs(_variables(model_dir)["logits/kernel"]).sum()),
@@ -284,7 +276,7 @@ def _child(out_dir, digits_dir):
   # A Keras optimizer's apply_gradients exchanges nothing between the replicas: refused.
   try:
     _build(os.path.join(out_dir, "keras"), "jax", model_fn=_keras_optimizer_model_fn).train(
-        _fixed_input_fn, max_steps=2)
+        fixed_input_fn, max_steps=2)
   except collectives.CollectiveError as e:
     results["keras_refusal"] = str(e)
   print(json.dumps(results))
@@ -375,3 +367,18 @@ def test_train_py_runs_the_jax_engine_quietly_and_names_it(tmp_path, digits_dir)
   assert "call_tf" not in done.stderr and "jax" not in done.stderr.lower(), done.stderr
   with open(os.path.join(model_dir, "config.json")) as f:
     assert json.load(f)["runtime"]["engine"] == "jax"
+  # The export serves the run's own accuracy: its predictions on the validation images are
+  # the evaluation's of the same checkpoint, image for image.
+  from estimator_tpu.run import curves
+  from estimator_tpu.serving import predict
+  history = curves.read_history(model_dir)
+  assert [record["step"] for record in history] == [2, 4]
+  [version] = os.listdir(export_dir)
+  predictor = predict.Predictor(os.path.join(export_dir, version))
+  items = list(predict.tfrecord_items(sorted(glob.glob(os.path.join(digits_dir,
+                                                                    "validation-*")))))
+  results = predictor.predict([item.image_bytes for item in items])
+  correct = sum(predict.is_correct(item, result, predictor.class_names)
+                for item, result in zip(items, results))
+  assert len(results) == NUM_EVAL
+  assert correct / NUM_EVAL == pytest.approx(history[-1]["accuracy"], abs=1e-6)

@@ -7,6 +7,7 @@ import shutil
 
 from absl import flags
 from conftest import IMAGE_SIZE
+from conftest import fixed_input_fn
 from conftest import summary_scalars
 from conftest import tiny_config
 import contract_programs
@@ -190,11 +191,7 @@ ENGINES = ("estimator", *contract_programs.OTHERS)
 
 
 def _fixed_input_fn(params):
-  rng = np.random.default_rng(0)
-  images = rng.normal(size=(32, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
-  labels = rng.integers(0, 10, size=32).astype(np.int32)
-  dataset = tf.data.Dataset.from_tensor_slices(({"image": images}, labels))
-  return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+  return fixed_input_fn(params, examples=32)
 
 
 def _build(model_dir, engine, name):

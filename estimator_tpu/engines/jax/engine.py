@@ -294,6 +294,22 @@ class _Step:
   def replica_results(self, features, labels):
     raise NotImplementedError
 
+  def _one_group(self, iterator):
+    """Runs one group of batches (one per local replica; a short last one padded).
+
+    Returns:
+      (the step's results by name, stacked over the replicas; the program's
+      layout; how many replicas' results are real).
+    """
+    engine = self._engine
+    groups, short = self._groups(iterator, 1)
+    group = groups[0] if groups else short
+    mesh_step, layout = self._program_for(iterator, group[0])
+    batch, real = steps_lib.stack_replicas(group, engine.devices.num_local)
+    results = layout.unflatten(mesh_step(engine._state, batch, real))  # pylint: disable=protected-access
+    kept = len(group) if engine.devices.num_hosts == 1 else engine.num_replicas
+    return results, layout, kept
+
   def _groups(self, iterator, count):
     """Up to count groups of one batch per local replica, as flat host arrays, all one shape.
 
@@ -452,13 +468,8 @@ class _EvalStep(_Step):
 
   def __call__(self, iterator):
     engine = self._engine
-    groups, short = self._groups(iterator, 1)
-    group = groups[0] if groups else short
-    mesh_step, layout = self._program_for(iterator, group[0])
-    batch, real = steps_lib.stack_replicas(group, engine.devices.num_local)
-    results = layout.unflatten(mesh_step(engine._state, batch, real))  # pylint: disable=protected-access
+    results, layout, kept = self._one_group(iterator)
     engine._state.push(layout.final_names)  # pylint: disable=protected-access
-    kept = len(group) if engine.devices.num_hosts == 1 else engine.num_replicas
     loss = np.sum(results["loss"][:kept]) / max(np.sum(results["examples"][:kept]), 1.0)
     metrics = tf.nest.map_structure(lambda t: tf.constant(_joined(t[:kept])), results["metrics"])
     carried = {key: value[:1] for key, value in results["carried"].items()}
@@ -490,13 +501,7 @@ class _PredictStep(_Step):
     return []
 
   def __call__(self, iterator):
-    engine = self._engine
-    groups, short = self._groups(iterator, 1)
-    group = groups[0] if groups else short
-    mesh_step, layout = self._program_for(iterator, group[0])
-    batch, real = steps_lib.stack_replicas(group, engine.devices.num_local)
-    results = layout.unflatten(mesh_step(engine._state, batch, real))  # pylint: disable=protected-access
-    kept = len(group) if engine.devices.num_hosts == 1 else engine.num_replicas
+    results, layout, kept = self._one_group(iterator)
     predictions = dict(results["predictions"])
     predictions.update(layout.tails["predictions"].concatenated(results["frontier"], kept))
     predictions = {k: _HostValue(_joined(v[:kept]) if k in results["predictions"] else v)
