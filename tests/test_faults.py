@@ -138,6 +138,16 @@ def test_sigterm_mid_evaluation_records_nothing_partial_and_resume_evaluates_it(
   assert history[0]["num_eval_examples"] == info.num_eval_examples
 
 
+def _train_until_signalled(config, info):
+  """Trains config's run with SIGTERM sent at step 3, once; returns the Preempted raised."""
+  signaller = _SignalAt(at=3)
+  with preemption.Watch() as watch, pytest.raises(preemption.Preempted) as stopped:
+    loop.train_and_evaluate(assemble.build(config), config, loop.make_inputs(config, info),
+                            evaluate_each=False, watch=watch, hooks=[signaller])
+  assert signaller.sent == 1
+  return stopped.value
+
+
 @pytest.mark.slow
 def test_sigterm_on_the_jax_engine_saves_the_step_in_flight_and_resumes(tmp_path, digits_dir):
   if not contract_programs.HAS_JAX:
@@ -146,16 +156,11 @@ def test_sigterm_on_the_jax_engine_saves_the_step_in_flight_and_resumes(tmp_path
       tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000).replace(
           "data", data_dir=digits_dir).replace("runtime", engine="jax", strategy="one_device"),
       None, need_train=True, need_eval=False)
-  estimator = assemble.build(config)
-  signaller = _SignalAt(at=3)
-  with preemption.Watch() as watch, pytest.raises(preemption.Preempted) as stopped:
-    loop.train_and_evaluate(estimator, config, loop.make_inputs(config, info),
-                            evaluate_each=False, watch=watch, hooks=[signaller])
-  assert signaller.sent == 1
-  step = stopped.value.step
+  stopped = _train_until_signalled(config, info)
+  step = stopped.step
   # The loop of iterations_per_loop=2 steps in flight finishes: step 3's loop ends at 4.
   assert step == 4 == loop.current_step(config.runtime.model_dir)
-  assert stopped.value.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
+  assert stopped.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
   resumed = assemble.build(config.replace("train", train_steps=6).validate())
   resumed.train(loop.make_inputs(config, info).train_input_fn, max_steps=6)
@@ -168,15 +173,10 @@ def test_sigterm_under_a_distribution_strategy_saves_the_step_in_flight(tmp_path
       tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000,
                   train_batch_size=16).replace("data", data_dir=digits_dir).replace(
                       "runtime", strategy="mirrored"), None, need_train=True, need_eval=False)
-  estimator = assemble.build(config)
-  signaller = _SignalAt(at=3)
-  with preemption.Watch() as watch, pytest.raises(preemption.Preempted) as stopped:
-    loop.train_and_evaluate(estimator, config, loop.make_inputs(config, info),
-                            evaluate_each=False, watch=watch, hooks=[signaller])
-  assert signaller.sent == 1
-  step = stopped.value.step
+  stopped = _train_until_signalled(config, info)
+  step = stopped.step
   assert 3 <= step <= 4 and step == loop.current_step(config.runtime.model_dir)  # of 1000
-  assert stopped.value.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
+  assert stopped.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
 
 
 def test_sigterm_while_waiting_for_checkpoints_stops_eval_mode(tmp_path, trained_model_dir,
