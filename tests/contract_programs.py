@@ -10,10 +10,10 @@ with ESTIMATOR_TPU_ENGINE=estimator and once with each other engine (=distribute
 
 import json
 import os
-import subprocess
 import sys
 
 from conftest import program_env
+import programs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACT = os.path.join(REPO, "examples", "legacy_corpus", "contract")
@@ -42,7 +42,7 @@ ENGINE_LINES = {
     "jax": "[estimator_tpu] engine: jax (1 cpu device), from ESTIMATOR_TPU_ENGINE"}
 
 
-def run(program, engine, work_dir, *args, timeout=300, **env):
+def run(program, engine, work_dir, *args, timeout=300, fresh=False, **env):
   """Runs CONTRACT/program on engine in work_dir/engine; returns (results dict, stdout, stderr).
 
   Args:
@@ -52,15 +52,16 @@ def run(program, engine, work_dir, *args, timeout=300, **env):
       --results=work_dir/engine/results.json.
     *args: more flags for the program.
     timeout: seconds.
+    fresh: start a new Python (tests/programs.py) where the test reads the start-up's output.
     **env: more environment variables (e.g. ESTIMATOR_TPU_STRATEGY="mirrored").
   """
   run_dir = os.path.join(str(work_dir), engine)
   os.makedirs(run_dir, exist_ok=True)
   results_path = os.path.join(run_dir, "results.json")
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, os.path.join(CONTRACT, program),
        f"--model_dir={os.path.join(run_dir, 'model')}", f"--results={results_path}", *args],
-      cwd=REPO, capture_output=True, text=True, timeout=timeout,
+      cwd=REPO, capture_output=True, text=True, timeout=timeout, fresh=fresh,
       env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE=engine, **env))
   assert done.returncode == 0, (f"{program} on {engine} exited {done.returncode}\n"
                                 + done.stdout[-2000:] + done.stderr[-4000:])

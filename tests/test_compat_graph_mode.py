@@ -2,10 +2,10 @@
 
 import glob
 import os
-import subprocess
 import sys
 
 from conftest import program_env
+import programs
 import pytest
 import tensorflow as tf
 
@@ -36,7 +36,7 @@ print(tf.executing_eagerly(), out.tolist())
 
 
 def _run(logdir, **env):
-  return subprocess.run([sys.executable, "-c", SCRIPT, str(logdir)], cwd=REPO,
+  return programs.run([sys.executable, "-c", SCRIPT, str(logdir)], cwd=REPO,
                         capture_output=True, text=True, timeout=120,
                         env=program_env(TF_CPP_MIN_LOG_LEVEL="3", **env))
 
@@ -70,7 +70,7 @@ def test_the_activation_line_says_which_mode(tmp_path, mode, expected):
           "logging.getLogger('tensorflow').setLevel(logging.INFO)\n"
           "from estimator_tpu.compat import tf\n"
           "print(tf.executing_eagerly())\n")
-  done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+  done = programs.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                         text=True, timeout=120,
                         env=program_env(TF_CPP_MIN_LOG_LEVEL="3",
                                         **{activation.EXECUTION_ENV: mode}))

@@ -5,12 +5,12 @@ import importlib
 import io
 import os
 import pkgutil
-import subprocess
 import sys
 import types
 
 import numpy as np
 from PIL import Image
+import programs
 import pytest
 
 from estimator_tpu.compat import check
@@ -199,7 +199,7 @@ def test_tf_slim_imported_before_compat_gets_its_names_too():
   code = ("import tf_slim.layers.utils as utils\n"
           "import estimator_tpu.compat\n"
           "print(utils.ops.Tensor.__name__, utils.control_flow_ops.cond.__name__)\n")
-  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+  done = programs.run([sys.executable, "-c", code], capture_output=True, text=True,
                         check=True, cwd=REPO,
                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
   assert done.stdout.split() == ["Tensor", "cond"]

@@ -1,10 +1,10 @@
 """`from estimator_tpu.compat import tf2 as tf`: TF 2's API with the estimator's TF 2 API on it."""
 
 import os
-import subprocess
 import sys
 
 from conftest import program_env
+import programs
 import pytest
 
 from estimator_tpu import stacks
@@ -47,7 +47,7 @@ with tf1.Graph().as_default():
 
 
 def test_tf2_keeps_tf_2_behaviour_and_tf_1_code_beside_it_still_runs():
-  done = subprocess.run([sys.executable, "-c", PROGRAM], cwd=REPO, capture_output=True,
+  done = programs.run([sys.executable, "-c", PROGRAM], cwd=REPO, capture_output=True,
                         text=True, timeout=120, env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.split() == ["int", "int", "True", "3"]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import numpy as np
+import programs
 import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -354,7 +355,7 @@ def _child(out_dir, digits_dir):
 def test_mirrored_on_two_cpus_matches_the_estimator_and_reduces_once(digits_dir, tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
   env.pop("TF_CONFIG", None)
-  process = subprocess.run([sys.executable, __file__, str(tmp_path), digits_dir], cwd=REPO_DIR,
+  process = programs.run([sys.executable, __file__, str(tmp_path), digits_dir], cwd=REPO_DIR,
                            env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECS)
   assert process.returncode == 0, process.stderr[-3000:]
   results = json.loads(process.stdout.strip().splitlines()[-1])
@@ -381,17 +382,18 @@ TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
         "--eval_batch_size=8", "--norandom_flip", "--seed=1", "--iterations_per_loop=2"]
 
 
-def _train_py(*args, timeout=240):
+def _train_py(*args, timeout=240, fresh=False):
   from conftest import program_env
-  return subprocess.run([sys.executable, "train.py", *args, *TINY], cwd=REPO_DIR,
-                        env=program_env(), capture_output=True, text=True, timeout=timeout)
+  return programs.run([sys.executable, "train.py", *args, *TINY], cwd=REPO_DIR, fresh=fresh,
+                      env=program_env(), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
 def test_train_py_runs_the_engine_then_the_estimator_resumes_it(tmp_path, digits_dir):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
   first = _train_py(f"--data_dir={digits_dir}", f"--model_dir={model_dir}", "--train_steps=4",
-                    "--steps_per_eval=2", "--engine=distribute", f"--export_dir={export_dir}")
+                    "--steps_per_eval=2", "--engine=distribute", f"--export_dir={export_dir}",
+                    fresh=True)  # its start-up too is checked quiet
   assert first.returncode == 0, first.stderr[-3000:]
   lines = first.stdout.splitlines()
   assert lines[0] == "[estimator_tpu] engine: distribute (OneDeviceStrategy, 1 replica)"
@@ -423,7 +425,7 @@ def test_sigterm_saves_the_step_in_flight_and_exits_75(tmp_path, digits_dir):
 
   from estimator_tpu.run import loop
   model_dir = str(tmp_path / "model")
-  process = subprocess.Popen(
+  process = programs.start(
       [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
        "--train_steps=100000", "--steps_per_eval=4", "--mode=train", "--engine=distribute",
        *TINY], cwd=REPO_DIR, env=program_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

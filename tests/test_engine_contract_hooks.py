@@ -13,8 +13,9 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
+
+import programs
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TESTS_DIR)  # as a child script too
@@ -197,7 +198,7 @@ def test_eval_metric_ops_are_exact_over_two_replicas(eval_metric_ops, tmp_path):
   shutil.copytree(str(work_dir / "estimator" / "model"), model_dir)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
              ESTIMATOR_TPU_ENGINE="distribute")
-  process = subprocess.run([sys.executable, __file__, model_dir], cwd=REPO, env=env,
+  process = programs.run([sys.executable, __file__, model_dir], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECS)
   assert process.returncode == 0, process.stderr[-3000:]
   two = json.loads(process.stdout.strip().splitlines()[-1])

@@ -10,7 +10,6 @@ main around the estimator, and every path and subclass to TPUEstimator.
 import glob
 import json
 import os
-import subprocess
 import sys
 
 from conftest import program_env
@@ -20,6 +19,7 @@ from contract_programs import OTHERS
 from contract_programs import run
 from contract_programs import run_both
 import numpy as np
+import programs
 import pytest
 import tensorflow as tf
 from tensorflow_estimator.python.estimator.tpu import tpu_context
@@ -180,7 +180,7 @@ print(json.dumps({"seen": seen, "refused": refused}))
 
 @pytest.mark.slow
 def test_over_mirrored_replicas_each_gets_its_share_and_the_context_says_so(tmp_path):
-  done = subprocess.run([sys.executable, "-c", MIRRORED_CHILD, str(tmp_path / "model")],
+  done = programs.run([sys.executable, "-c", MIRRORED_CHILD, str(tmp_path / "model")],
                         cwd=REPO, capture_output=True, text=True, timeout=300,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert done.returncode == 0, done.stderr[-3000:]
@@ -354,7 +354,7 @@ def test_a_subclass_latest_checkpoint_picks_the_export_as_on_the_estimator(tmp_p
 def test_a_subclass_overriding_a_private_hook_stops_with_one_line(tmp_path):
   run("estimator_paths.py", "estimator", tmp_path, "--subclass=private_hook")
   model_dir = tmp_path / "distribute"
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, os.path.join(CONTRACT, "estimator_paths.py"), f"--model_dir={model_dir}",
        f"--results={tmp_path / 'refused.json'}", "--subclass=private_hook"],
       cwd=REPO, capture_output=True, text=True, timeout=300,

@@ -10,7 +10,6 @@ what the estimator sees.
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 from conftest import program_env
@@ -18,6 +17,7 @@ import contract_programs
 from contract_programs import CONTRACT
 from contract_programs import REPO
 from contract_programs import run_both
+import programs
 import pytest
 
 pytestmark = pytest.mark.slow  # each program runs ~10-40 s per engine
@@ -44,7 +44,7 @@ def _two_replicas(program, work_dir, *args):
   """results of program on the distribute engine over two mirrored logical CPUs."""
   run_dir = os.path.join(str(work_dir), "two_replicas")
   results = os.path.join(run_dir, "results.json")
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, LOGICAL_CPUS, "2", os.path.join(CONTRACT, program),
        f"--model_dir={os.path.join(run_dir, 'model')}", f"--results={results}", *args],
       cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -111,7 +111,7 @@ def test_tf2_summaries_of_a_model_fn_are_the_estimators_events_and_files(tmp_pat
 @pytest.mark.skipif("jax" not in contract_programs.OTHERS, reason="the JAX engine needs jax, "
                     "which this stack's lock does not install")
 def test_tf2_summaries_in_the_step_are_refused_on_the_jax_engine_in_one_line(tmp_path):
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, os.path.join(contract_programs.CONTRACT, "tf2_summaries.py"),
        f"--model_dir={tmp_path / 'model'}", f"--results={tmp_path / 'results.json'}"],
       cwd=contract_programs.REPO, capture_output=True, text=True, timeout=300,

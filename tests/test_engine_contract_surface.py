@@ -206,7 +206,8 @@ def test_the_engine_logs_the_estimators_lines_in_its_order(voices, engine):
 
 @pytest.mark.slow
 def test_the_programs_verbosity_governs_the_engines_lines(tmp_path):
-  _, _, stderr = contract_programs.run("estimator_voice.py", "distribute", tmp_path, "--quiet")
+  _, _, stderr = contract_programs.run("estimator_voice.py", "distribute", tmp_path, "--quiet",
+                                       fresh=True)
   assert not [line for line in stderr.splitlines() if line.startswith("INFO:tensorflow:")]
 
 

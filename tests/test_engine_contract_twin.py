@@ -11,11 +11,11 @@ child process runs the twin under a MirroredStrategy over two logical CPUs.
 
 import json
 import os
-import subprocess
 import sys
 
 import contract_programs
 import numpy as np
+import programs
 import pytest
 import tensorflow as tf
 
@@ -312,7 +312,7 @@ def _child(out_dir):
 @pytest.mark.slow
 def test_mirrored_replicas_each_start_from_the_twins_values(tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
-  process = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=REPO_DIR, env=env,
+  process = programs.run([sys.executable, __file__, str(tmp_path)], cwd=REPO_DIR, env=env,
                            capture_output=True, text=True, timeout=300)
   assert process.returncode == 0, process.stderr[-3000:]
   results = json.loads(process.stdout.strip().splitlines()[-1])

@@ -20,6 +20,7 @@ import time
 from conftest import NUM_EVAL
 from conftest import program_env
 import numpy as np
+import programs
 import pytest
 import tensorflow as tf
 from test_legacy_corpus import BERT_CONFIG
@@ -222,7 +223,7 @@ def _partial_child(model_dir):
 @pytest.mark.slow
 def test_a_partial_last_batch_over_two_replicas_evaluates_as_the_estimator(tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  done = subprocess.run([sys.executable, __file__, "partial", str(tmp_path)], cwd=REPO, env=env,
+  done = programs.run([sys.executable, __file__, "partial", str(tmp_path)], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=TIMEOUT)
   assert done.returncode == 0, done.stderr[-3000:]
   results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -278,7 +279,7 @@ def _run_program(program, args, strategy, logical_cpus=None, **env):
   command = [sys.executable, os.path.join(CORPUS, program), *args]
   if logical_cpus:
     command = [sys.executable, LOGICAL_CPUS, str(logical_cpus), *command[1:]]
-  done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
+  done = programs.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
                         env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE="distribute",
                                         ESTIMATOR_TPU_STRATEGY=strategy, **env))
   return done
@@ -329,7 +330,7 @@ def _start_workers(command, cluster_of):
   ports = _free_ports(2)
   processes = []
   for task in cluster_of(ports):
-    processes.append(subprocess.Popen(
+    processes.append(programs.start(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=program_env(TF_CPP_MIN_LOG_LEVEL="3", TF_CONFIG=json.dumps(task))))
   return processes
@@ -410,7 +411,7 @@ def test_two_workers_train_checkpoint_once_resume_and_evaluate_exactly(digits_di
   alone = str(tmp_path / "alone")
   shutil.copytree(model_dir, alone)
   os.remove(os.path.join(alone, "eval_history.jsonl"))
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={alone}",
        "--mode=eval", "--engine=estimator", "--train_steps=6", "--eval_timeout_secs=5"],
       cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,

@@ -14,6 +14,7 @@ from conftest import TINY_FLAGS
 from conftest import program_env
 from conftest import tiny_config
 import contract_programs
+import programs
 import pytest
 import small_disk
 import tensorflow as tf
@@ -68,7 +69,7 @@ def test_sigterm_saves_the_step_in_flight_exits_75_and_the_same_command_resumes(
   command = [sys.executable, "train.py", f"--data_dir={digits_dir}",
              f"--model_dir={model_dir}", "--train_steps=100000", "--steps_per_eval=100000",
              *TINY]
-  process = subprocess.Popen(command, cwd=REPO, env=PROGRAM_ENV, stdout=subprocess.PIPE,
+  process = programs.start(command, cwd=REPO, env=PROGRAM_ENV, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
   first = os.path.join(model_dir, "model.ckpt-0.index")
   deadline = time.time() + 120
@@ -88,7 +89,7 @@ def test_sigterm_saves_the_step_in_flight_exits_75_and_the_same_command_resumes(
           "run the same command to resume")
   assert line in out
   assert "Traceback" not in err
-  resumed = subprocess.run([*command[:4], f"--train_steps={step + 3}", *command[5:]],
+  resumed = programs.run([*command[:4], f"--train_steps={step + 3}", *command[5:]],
                            cwd=REPO, env=PROGRAM_ENV, capture_output=True, text=True,
                            timeout=180)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -392,7 +393,7 @@ def disk():
 
 
 def _run_program(argv):
-  return subprocess.run(argv, cwd=REPO, env=PROGRAM_ENV, capture_output=True, text=True,
+  return programs.run(argv, cwd=REPO, env=PROGRAM_ENV, capture_output=True, text=True,
                         timeout=300)
 
 
@@ -428,7 +429,7 @@ def test_full_disk_in_training_is_one_line_leaves_nothing_unfinished_and_resumes
 @pytest.mark.slow
 def test_full_disk_in_preprocess_keeps_no_manifest_and_names_output_dir(disk, tmp_path):
   images = str(tmp_path / "images")
-  subprocess.run([sys.executable, "-m", "estimator_tpu.data.digits", "digits", images,
+  programs.run([sys.executable, "-m", "estimator_tpu.data.digits", "digits", images,
                   "--limit=300"], cwd=REPO, env=PROGRAM_ENV, check=True, capture_output=True)
   d = disk(50_000_000)
   d.fill(leave_bytes=60_000)

@@ -10,10 +10,10 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
+import programs
 import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -302,7 +302,7 @@ def two_devices(tmp_path_factory, digits_dir, two_engines):
   shutil.copytree(two_engines["jax"], str(out_dir / "start"))
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR,
              XLA_FLAGS="--xla_force_host_platform_device_count=2")
-  process = subprocess.run([sys.executable, __file__, str(out_dir), digits_dir], cwd=REPO_DIR,
+  process = programs.run([sys.executable, __file__, str(out_dir), digits_dir], cwd=REPO_DIR,
                            env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECS)
   assert process.returncode == 0, process.stderr[-3000:]
   return json.loads(process.stdout.strip().splitlines()[-1])
@@ -353,10 +353,11 @@ TINY = ["--model=tiny", f"--image_size={IMAGE_SIZE}", "--train_batch_size=8",
 @pytest.mark.slow
 def test_train_py_runs_the_jax_engine_quietly_and_names_it(tmp_path, digits_dir):
   model_dir, export_dir = str(tmp_path / "model"), str(tmp_path / "export")
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
        "--train_steps=4", "--steps_per_eval=2", "--engine=jax", f"--export_dir={export_dir}",
-       *TINY], cwd=REPO_DIR, env=program_env(), capture_output=True, text=True, timeout=240)
+       *TINY], cwd=REPO_DIR, env=program_env(), capture_output=True, text=True, timeout=240,
+      fresh=True)  # its start-up too is checked quiet
   assert done.returncode == 0, done.stderr[-3000:]
   lines = done.stdout.splitlines()
   assert lines[0] == "[estimator_tpu] engine: jax (1 cpu device)"

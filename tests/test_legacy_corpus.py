@@ -15,6 +15,7 @@ import sys
 from conftest import program_env
 from conftest import summary_tags
 import numpy as np
+import programs
 import pytest
 import tensorflow as tf
 
@@ -33,10 +34,15 @@ BERT_CONFIG = {"vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
 INIT_VALUE = 0.25
 
 
-def _run(program, *args):
-  """Runs a corpus program as a script; returns its stderr (the TF log)."""
-  done = subprocess.run(
-      [sys.executable, os.path.join(CORPUS, program), *args], cwd=REPO,
+def _run(program, *args, fresh=False):
+  """Runs a corpus program as a script; returns its stderr (the TF log).
+
+  Forked from a process with TensorFlow loaded (tests/programs.py), unless fresh:
+  mnist_like starts a new Python, so that one log of test_runs_are_quiet holds a
+  corpus program's start-up too; the others' logs hold all they print after it.
+  """
+  done = programs.run(
+      [sys.executable, os.path.join(CORPUS, program), *args], cwd=REPO, fresh=fresh,
       capture_output=True, text=True, timeout=300,
       env=program_env(TF_CPP_MIN_LOG_LEVEL="2"))
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -148,7 +154,7 @@ def mnist(tmp_path_factory):
   model_dir, export_dir = str(root / "model"), str(root / "export")
   log = _run("mnist_like/mnist_tpu.py", f"--model_dir={model_dir}",
              f"--export_dir={export_dir}", "--train_steps=40", "--batch_size=64",
-             "--eval_steps=4", "--predict_examples=10")
+             "--eval_steps=4", "--predict_examples=10", fresh=True)
   return {"model_dir": model_dir, "export_dir": export_dir, "log": log}
 
 

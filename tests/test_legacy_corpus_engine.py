@@ -7,12 +7,12 @@ says so in the program's first line of output.
 
 import json
 import os
-import subprocess
 import sys
 
 from conftest import program_env
 import contract_programs
 import numpy as np
+import programs
 import pytest
 import tensorflow as tf
 from test_legacy_corpus import BERT_CONFIG
@@ -41,7 +41,7 @@ def engine(request):
 
 def _run(engine, program, *args):
   """Runs a corpus program on engine (ESTIMATOR_TPU_ENGINE); returns its stdout."""
-  done = subprocess.run(
+  done = programs.run(
       [sys.executable, os.path.join(CORPUS, program), *args], cwd=REPO,
       capture_output=True, text=True, timeout=300,
       env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE=engine,

@@ -10,10 +10,10 @@ batch-norm statistics of one worker's batches alone, would not.
 
 import json
 import os
-import subprocess
 import sys
 
 from conftest import program_env
+import programs
 import pytest
 from test_engine_devices import _finish_all
 from test_engine_devices import _start_workers
@@ -50,7 +50,7 @@ def _accuracy(model_dir):
 
 def test_two_workers_evaluate_as_one_device_after_the_same_steps(digits, tmp_path):
   one = str(tmp_path / "one_device")
-  done = subprocess.run([sys.executable, "train.py", f"--data_dir={digits}",
+  done = programs.run([sys.executable, "train.py", f"--data_dir={digits}",
                          f"--model_dir={one}", *FLAGS], cwd=REPO, capture_output=True,
                         text=True, timeout=900, env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
   assert done.returncode == 0, done.stderr[-3000:]

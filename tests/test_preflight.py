@@ -2,7 +2,6 @@
 
 import importlib.util
 import os
-import subprocess
 import sys
 
 from absl import flags
@@ -10,6 +9,7 @@ from conftest import IMAGE_SIZE
 from conftest import program_env
 from conftest import tiny_config
 import preflight_models
+import programs
 import pytest
 import tensorflow as tf
 
@@ -78,7 +78,7 @@ def test_the_engine_step_check_needs_xla_for_the_cpu(digits_dir, tmp_path, capsy
 @needs_host_xla
 def test_default_model_passes_on_digits_with_per_core_batch_8(digits_dir, tmp_path):
   model_dir = tmp_path / "model"
-  result = subprocess.run(
+  result = programs.run(
       [sys.executable, "train.py", "--preflight", f"--data_dir={digits_dir}",
        f"--model_dir={model_dir}", "--use_tpu", f"--image_size={IMAGE_SIZE}",
        "--train_batch_size=64", "--eval_batch_size=64"],

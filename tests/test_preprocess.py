@@ -11,6 +11,7 @@ import time
 from absl import flags
 import conftest
 from conftest import program_env
+import programs
 import pytest
 import tensorflow as tf
 
@@ -24,10 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPROCESS = os.path.join(ROOT, "preprocess.py")
 
 
-def _start(*args):
-  return subprocess.Popen([sys.executable, PREPROCESS, *args], cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=program_env())
+def _start(*args, fresh=False):
+  return programs.start([sys.executable, PREPROCESS, *args], cwd=ROOT, fresh=fresh,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True, env=program_env())
 
 
 def _finish(proc):
@@ -201,7 +202,7 @@ def test_dask_runner_by_its_short_name_with_its_options():
 def digit_photos(tmp_path_factory):
   """1,797 digit JPEGs in class folders: a run long enough to stop halfway."""
   folder = str(tmp_path_factory.mktemp("digit_photos"))
-  done = subprocess.run([sys.executable, "-m", "estimator_tpu.data.digits", "digits", folder],
+  done = programs.run([sys.executable, "-m", "estimator_tpu.data.digits", "digits", folder],
                         cwd=ROOT, capture_output=True, text=True, env=program_env(), timeout=300)
   assert done.returncode == 0, done.stderr
   return folder
@@ -226,7 +227,7 @@ def test_a_stopped_run_says_one_line_exits_75_and_the_same_command_starts_again(
     digit_photos, tmp_path, signal_name, says):
   out = str(tmp_path / "data")
   command = (f"--input_dir={digit_photos}", f"--output_dir={out}")
-  proc = _start(*command)
+  proc = _start(*command, fresh=True)  # all it prints is checked, start-up included
   deadline = time.time() + 240
   while not _running(out) and proc.poll() is None and time.time() < deadline:
     time.sleep(0.1)
@@ -257,7 +258,7 @@ def test_a_stopped_run_says_one_line_exits_75_and_the_same_command_starts_again(
 
 
 def test_progress_shows_images_encoded_and_rejected_when_asked(image_folder, tmp_path):
-  proc = subprocess.Popen([sys.executable, PREPROCESS, f"--input_dir={image_folder}",
+  proc = programs.start([sys.executable, PREPROCESS, f"--input_dir={image_folder}",
                            f"--output_dir={tmp_path / 'data'}"], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=program_env(ESTIMATOR_TPU_PROGRESS_SECS="0.001"))

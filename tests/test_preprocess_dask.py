@@ -11,6 +11,7 @@ import sys
 
 from conftest import program_env
 import distributed
+import programs
 import pytest
 import tensorflow as tf
 
@@ -33,7 +34,7 @@ def dask_cluster():
 
 
 def _start(output_dir, image_folder, *args):
-  return subprocess.Popen(
+  return programs.start(
       [sys.executable, PREPROCESS, f"--input_dir={image_folder}", f"--output_dir={output_dir}",
        "--num_shards=2", "--validation_fraction=0.25", *args],
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=program_env())

@@ -3,11 +3,11 @@
 import io
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 from PIL import Image
+import programs
 import pytest
 import sklearn.datasets
 import tensorflow as tf
@@ -48,7 +48,7 @@ def encode(array, fmt, mode=None):
 
 def run_cli(*args):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  result = subprocess.run(SAVED_MODEL_CLI + list(args), capture_output=True, text=True,
+  result = programs.run(SAVED_MODEL_CLI + list(args), capture_output=True, text=True,
                           env=env, timeout=300, check=False)
   assert result.returncode == 0, result.stderr
   return result.stdout

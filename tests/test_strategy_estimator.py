@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import programs
 import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +87,7 @@ def _child(strategy, devices, data_dir, model_dir):
 
 
 def _start_child(strategy, devices, data_dir, model_dir):
-  return subprocess.Popen(
+  return programs.start(
       [sys.executable, __file__, strategy, str(devices), data_dir, str(model_dir)],
       cwd=REPO_DIR, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -174,7 +175,7 @@ def test_two_workers_train_one_model_from_tf_config(digits_dir, tmp_path):
   try:
     for index in range(2):
       tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-      processes.append(subprocess.Popen(
+      processes.append(programs.start(
           command, cwd=REPO_DIR, env=_env(TF_CONFIG=json.dumps(tf_config)),
           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
       if index == 0:  # both write config.json: let the chief finish first

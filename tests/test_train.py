@@ -17,6 +17,7 @@ from conftest import TINY_FLAGS
 from conftest import program_env
 from conftest import tiny_config
 import numpy as np
+import programs
 import pytest
 import tensorflow as tf
 
@@ -123,7 +124,7 @@ def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir)
   command = [sys.executable, "train.py", f"--data_dir={digits_dir}",
              f"--model_dir={model_dir}", "--train_steps=100000", "--steps_per_eval=5",
              "--mode=train", *TINY]
-  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
+  process = programs.start(command, cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
   deadline = time.time() + 120
   try:
@@ -134,7 +135,7 @@ def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir)
     process.wait()
   killed_at = loop.current_step(model_dir)
   assert killed_at >= 5
-  resumed = subprocess.run(
+  resumed = programs.run(
       [*command[:5], f"--train_steps={killed_at + 3}", *command[6:]], cwd=REPO,
       capture_output=True, text=True, timeout=180)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -178,7 +179,7 @@ def test_eval_mode_sleeps_while_it_waits_and_evaluates_a_new_checkpoint(
   model_dir = str(tmp_path / "evaluated")
   os.makedirs(model_dir)
   shutil.copy(os.path.join(trained_model_dir, config_lib.CONFIG_FILE), model_dir)
-  process = subprocess.Popen(
+  process = programs.start(
       [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={model_dir}",
        "--mode=eval", "--train_steps=4", "--eval_timeout_secs=600"], cwd=REPO,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=program_env())
@@ -307,7 +308,7 @@ def test_labels_disagreeing_with_manifest_is_an_error(tmp_path, capsys):
 
 
 def test_export_without_checkpoint_is_an_error(tmp_path):
-  result = subprocess.run(
+  result = programs.run(
       [sys.executable, "export.py", f"--model_dir={tmp_path}", f"--export_dir={tmp_path}/e"],
       cwd=REPO, capture_output=True, text=True, timeout=120)
   assert result.returncode == 2

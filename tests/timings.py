@@ -90,6 +90,17 @@ def _count_starts(popen_init):
   return init
 
 
+def count_program(command):
+  """Counts a program started without Popen (tests/programs.py forks it from a zygote)."""
+  _totals["programs"] += 1
+  _started.append(program_name(command))
+
+
+def count_program_cpu(seconds):
+  """Adds the CPU seconds of such a program, reported when it ended, to the programs' CPU."""
+  _totals["forked_cpu"] += seconds
+
+
 def install():
   """Wraps the library's train/evaluate/predict/export calls, Beam's run and Popen once."""
   from apache_beam import pipeline as beam_pipeline
@@ -112,7 +123,7 @@ def _usage():
   me = resource.getrusage(resource.RUSAGE_SELF)
   children = resource.getrusage(resource.RUSAGE_CHILDREN)
   return {"cpu": me.ru_utime + me.ru_stime,
-          "children_cpu": children.ru_utime + children.ru_stime,
+          "children_cpu": children.ru_utime + children.ru_stime + _totals["forked_cpu"],
           **{kind: _totals[kind] for kind in (*_KINDS, "programs")}}
 
 
