@@ -2,7 +2,7 @@
 
 Most of the suite's time was TensorFlow's start-up (about 5 CPU seconds for
 `import tensorflow`, more on the tpu stack) paid again by each of some three
-hundred programs. `run()` and `Popen()` take the arguments of `subprocess.run`
+hundred programs. `run()` and `start()` take the arguments of `subprocess.run`
 and `subprocess.Popen` that the tests use and start `python SCRIPT`,
 `python -m MODULE` or `python -c CODE` as a child forked from a "zygote": a
 process of this file, started once per pytest worker and environment, that
@@ -304,8 +304,7 @@ def _serve(address):
   listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
   listener.bind(address)
   listener.listen(64)
-  cpu = resource_cpu()
-  sys.stdout.write(f"ready {cpu:.2f}\n")
+  sys.stdout.write("ready\n")
   sys.stdout.flush()
   waiting = {}  # pid -> the connection its status goes back on
   while True:
@@ -340,12 +339,6 @@ def _serve(address):
         connection.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status),
                                     "cpu": usage.ru_utime + usage.ru_stime}).encode())
       connection.close()
-
-
-def resource_cpu():
-  import resource  # pylint: disable=import-outside-toplevel
-  usage = resource.getrusage(resource.RUSAGE_SELF)
-  return usage.ru_utime + usage.ru_stime
 
 
 def _become(request, fds):
