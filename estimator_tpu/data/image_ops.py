@@ -427,7 +427,9 @@ def apply_augmentation(images, augmentation, hwcn=False):
 
 # XLA fuses the pixel work into one pass over the batch on the host (where the
 # stack's TensorFlow has XLA for the host: not the tpu stack's, see stacks.HOST_XLA).
-_apply_augmentation_compiled = tf.function(apply_augmentation, jit_compile=stacks.HOST_XLA)
+# No AutoGraph: apply_augmentation branches on Python values only.
+_apply_augmentation_compiled = tf.function(apply_augmentation, jit_compile=stacks.HOST_XLA,
+                                           autograph=False)
 
 
 def augment_batch(images, random_flip=True, seed=None, key=None):

@@ -17,6 +17,12 @@ CYCLE_LENGTH = 16
 CROP_STREAM = 0
 AUGMENTATION_STREAM = 1
 
+# The functions this module maps hold no Python control flow on tensors (image_ops
+# branches with tf.cond and tf.switch_case), so AutoGraph's conversion of them and
+# of everything they call, about 2 CPU seconds the first time a process builds a
+# pipeline, would change nothing but the time: they are traced as written.
+_as_written = tf.autograph.experimental.do_not_convert
+
 
 def eval_steps(num_examples, global_batch_size):
   """Evaluation steps that cover num_examples once, the last batch padded."""
@@ -58,7 +64,7 @@ def host_of(context):
 def _records(file_names, deterministic):
   """The records of a Dataset of file names, CYCLE_LENGTH files read at a time."""
   return file_names.interleave(
-      lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
+      _as_written(lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES)),
       cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=deterministic)
 
@@ -127,7 +133,7 @@ def map_drawing(dataset, fn, seed, deterministic, stream):
     stream: which of the run's key streams (CROP_STREAM, AUGMENTATION_STREAM).
   """
   if not deterministic:
-    return dataset.map(lambda *element: fn(*element, None),
+    return dataset.map(_as_written(lambda *element: fn(*element, None)),
                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
   base = tf.constant([seed, stream], tf.int64)
 
@@ -135,7 +141,7 @@ def map_drawing(dataset, fn, seed, deterministic, stream):
     element = element if isinstance(element, tuple) else (element,)
     return fn(*element, tf.random.experimental.stateless_fold_in(base, position))
 
-  return dataset.enumerate().map(keyed, num_parallel_calls=tf.data.AUTOTUNE,
+  return dataset.enumerate().map(_as_written(keyed), num_parallel_calls=tf.data.AUTOTUNE,
                                  deterministic=True)
 
 
@@ -149,7 +155,7 @@ def _train_images(records, image_size, cache, seed, dtype=tf.uint8, deterministi
   each epoch instead. `deterministic`: see map_drawing.
   """
   if cache:
-    dataset = records.map(_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
+    dataset = records.map(_as_written(_decode), num_parallel_calls=tf.data.AUTOTUNE).cache()
     dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed).repeat()
     return map_drawing(
         dataset, lambda image, label, key: (image_ops.resize_crop(
@@ -200,7 +206,7 @@ def _eval_images(records, image_size, cache, central_fraction, crop_form):
                                           crop_form),
             parsed["label"])
 
-  dataset = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+  dataset = records.map(_as_written(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
   return dataset.cache() if cache else dataset
 
 
@@ -216,8 +222,8 @@ def host_eval_examples(num_examples, global_batch_size, num_hosts=1):
 def _pad_eval(dataset, image_size, num_examples, global_batch_size, num_hosts=1):
   """Weights real examples 1, appends weight-0 examples up to this host's exact quota."""
   total = host_eval_examples(num_examples, global_batch_size, num_hosts)
-  real = dataset.map(
-      lambda image, label: ({schema.IMAGE_KEY: image, schema.WEIGHT_KEY: 1.0}, label))
+  real = dataset.map(_as_written(
+      lambda image, label: ({schema.IMAGE_KEY: image, schema.WEIGHT_KEY: 1.0}, label)))
   padding = tf.data.Dataset.from_tensors((
       {schema.IMAGE_KEY: tf.zeros([image_size, image_size, 3], tf.float32),
        schema.WEIGHT_KEY: 0.0},
@@ -302,10 +308,10 @@ def make_input_fn(file_pattern, is_training, image_size=None, num_examples=None,
       # XLA needs fixed shapes: drop_remainder makes the batch dimension static.
       dataset = dataset.batch(batch_size, drop_remainder=True)
     if transpose:
-      dataset = dataset.map(
+      dataset = dataset.map(_as_written(
           lambda feats, labels: (
               dict(feats, **{schema.IMAGE_KEY: transpose_to_hwcn(feats[schema.IMAGE_KEY])}),
-              labels),
+              labels)),
           num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
@@ -322,8 +328,8 @@ def make_predict_input_fn(image_bytes_list, image_size, central_fraction=1.0,
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices(list(image_bytes_list))
-    dataset = dataset.map(lambda b: {schema.IMAGE_KEY: image_ops.preprocess_for_eval(
-        b, image_size, central_fraction, crop_form)})
+    dataset = dataset.map(_as_written(lambda b: {schema.IMAGE_KEY: image_ops.preprocess_for_eval(
+        b, image_size, central_fraction, crop_form)}))
     return dataset.batch(params.get("batch_size", 64))
 
   return input_fn
