@@ -42,6 +42,16 @@ ENGINE_LINES = {
     "jax": "[estimator_tpu] engine: jax (1 cpu device), from ESTIMATOR_TPU_ENGINE"}
 
 
+def child_env(**env):
+  """The environment of a test's own child script (two logical CPUs, a strategy).
+
+  The programs' environment (run() below) but for eager execution, which the child's library
+  code runs in as the test process does: the variables that choose a zygote are the same, so the
+  child is forked from the zygote the contract programs already started.
+  """
+  return program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_COMPAT_EXECUTION="eager", **env)
+
+
 def run(program, engine, work_dir, *args, timeout=300, fresh=False, **env):
   """Runs CONTRACT/program on engine in work_dir/engine; returns (results dict, stdout, stderr).
 

@@ -196,8 +196,7 @@ def test_eval_metric_ops_are_exact_over_two_replicas(eval_metric_ops, tmp_path):
   one_device = results["estimator"]
   model_dir = str(tmp_path / "two_replicas")
   shutil.copytree(str(work_dir / "estimator" / "model"), model_dir)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
-             ESTIMATOR_TPU_ENGINE="distribute")
+  env = contract_programs.child_env(ESTIMATOR_TPU_ENGINE="distribute")
   process = programs.run([sys.executable, __file__, model_dir], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECS)
   assert process.returncode == 0, process.stderr[-3000:]
@@ -208,8 +207,8 @@ def test_eval_metric_ops_are_exact_over_two_replicas(eval_metric_ops, tmp_path):
 
 
 @pytest.mark.skipif("jax" not in OTHERS, reason=contract_programs.NO_JAX)
-def test_eval_metric_ops_are_exact_over_two_jax_devices(tmp_path):
-  one_device, _, _ = run("eval_metric_ops.py", "estimator", tmp_path)
+def test_eval_metric_ops_are_exact_over_two_jax_devices(eval_metric_ops, tmp_path):
+  one_device = eval_metric_ops[1]["estimator"]  # the estimator's run of the same program
   # The linear model trains the same on two devices (the mean of their gradients is the
   # global batch's); each device updates its own metric totals, the values sum them.
   two, out, _ = run("eval_metric_ops.py", "jax", tmp_path,

@@ -16,6 +16,7 @@ from conftest import program_env
 from contract_programs import CONTRACT
 from contract_programs import ENGINE_LINES
 from contract_programs import OTHERS
+from contract_programs import child_env
 from contract_programs import run
 from contract_programs import run_both
 import numpy as np
@@ -61,10 +62,16 @@ def engine(request):
   return request.param
 
 
+@pytest.fixture(scope="module")
+def context_reference(tmp_path_factory):
+  """context_input_fn.py's results on the estimator, once for every engine compared with it."""
+  return run("context_input_fn.py", "estimator", tmp_path_factory.mktemp("context"))[0]
+
+
 @pytest.mark.slow
-def test_the_input_fn_reads_every_context_attribute_and_shards_as_the_estimator(tmp_path,
-                                                                                 engine):
-  estimator, _, _ = run("context_input_fn.py", "estimator", tmp_path)
+def test_the_input_fn_reads_every_context_attribute_and_shards_as_the_estimator(
+    tmp_path, engine, context_reference):
+  estimator = context_reference
   distribute, out, _ = run("context_input_fn.py", engine, tmp_path)
   assert out.splitlines()[0] == ENGINE_LINES[engine]
   _assert_same_metrics(estimator["metrics"], distribute["metrics"])
@@ -182,7 +189,7 @@ print(json.dumps({"seen": seen, "refused": refused}))
 def test_over_mirrored_replicas_each_gets_its_share_and_the_context_says_so(tmp_path):
   done = programs.run([sys.executable, "-c", MIRRORED_CHILD, str(tmp_path / "model")],
                         cwd=REPO, capture_output=True, text=True, timeout=300,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                        env=child_env())
   assert done.returncode == 0, done.stderr[-3000:]
   results = json.loads(done.stdout.strip().splitlines()[-1])
   # The host's call, and the graph twin's at the fresh start with the same params (GRAPH_TWIN).
@@ -284,11 +291,19 @@ def test_placeholders_sessions_file_writers_and_savers_around_the_engine(tmp_pat
     assert values == {("loss", 6): pytest.approx(distribute["metrics"]["loss"])}
 
 
+@pytest.fixture(scope="module")
+def disabled_v2_reference(tmp_path_factory):
+  """graph_mode_main.py --disable_v2_behavior's results on the estimator, once for every engine."""
+  return run("graph_mode_main.py", "estimator", tmp_path_factory.mktemp("disabled_v2"),
+             "--disable_v2_behavior")[0]
+
+
 @pytest.mark.slow
-def test_a_program_that_disables_v2_behavior_runs_on_the_engine(tmp_path, engine):
+def test_a_program_that_disables_v2_behavior_runs_on_the_engine(tmp_path, engine,
+                                                                 disabled_v2_reference):
   distribute, out, _ = run("graph_mode_main.py", engine, tmp_path, "--disable_v2_behavior")
   assert out.splitlines()[0] == ENGINE_LINES[engine]
-  reference, _, _ = run("graph_mode_main.py", "estimator", tmp_path, "--disable_v2_behavior")
+  reference = disabled_v2_reference
   _assert_same_metrics(reference["metrics"], distribute["metrics"])
   _assert_same_numbers(reference, distribute, "predicted", "restored")
 

@@ -162,8 +162,15 @@ def test_the_line_of_a_plain_estimator_follows_the_variable():
 # --- keras_layers.py ----------------------------------------------------------------------------
 
 
-def test_keras_layers_and_models_name_their_variables_as_the_estimator(tmp_path):
-  results = run_both("keras_layers.py", tmp_path)
+@pytest.fixture(scope="module")
+def keras_layers(tmp_path_factory):
+  """(work dir, {engine: results}) of keras_layers.py, run once on each engine; never written to."""
+  work_dir = tmp_path_factory.mktemp("keras_layers")
+  return work_dir, run_both("keras_layers.py", work_dir)
+
+
+def test_keras_layers_and_models_name_their_variables_as_the_estimator(keras_layers):
+  _, results = keras_layers
   names = results["distribute"]["names"]
   for engine in contract_programs.OTHERS:
     assert results[engine]["names"] == results["estimator"]["names"], engine
@@ -178,13 +185,13 @@ def test_keras_layers_and_models_name_their_variables_as_the_estimator(tmp_path)
     assert all(value != 0.0 for value in seen["moving_mean"]), engine  # UPDATE_OPS ran
 
 
-def test_keras_models_checkpoints_read_both_ways(tmp_path):
+def test_keras_models_checkpoints_read_both_ways(keras_layers, tmp_path):
   """Each engine evaluates the other's checkpoint and gets the other's evaluate() dict."""
-  trained = run_both("keras_layers.py", tmp_path / "trained")
+  trained_dir, trained = keras_layers
   for reader, writer in (*[(engine, "estimator") for engine in contract_programs.OTHERS],
                          *[("estimator", engine) for engine in contract_programs.OTHERS]):
     work = tmp_path / f"{reader}_reads_{writer}"
-    shutil.copytree(tmp_path / "trained" / writer / "model", work / reader / "model")
+    shutil.copytree(trained_dir / writer / "model", work / reader / "model")
     seen, _, _ = contract_programs.run("keras_layers.py", reader, work, "--evaluate_only")
     _same(trained[writer]["evaluate"], seen["evaluate"])
     _same(trained[writer]["moving_mean"], seen["moving_mean"])

@@ -125,11 +125,19 @@ def test_tensor_initial_values_follow_the_seed(initial_values, tmp_path):
     assert not np.allclose(other[name], at_42[name]), name
 
 
+@pytest.fixture(scope="module")
+def meta_graph_reference(tmp_path_factory):
+  """meta_graph_copy.py's results on the estimator, once for every engine compared with it."""
+  return contract_programs.run("meta_graph_copy.py", "estimator",
+                               tmp_path_factory.mktemp("meta_graph"))[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", contract_programs.OTHERS)
-def test_checkpoints_carry_their_meta_graph_as_the_estimator_writes_it(tmp_path, engine):
-  results = {name: contract_programs.run("meta_graph_copy.py", name, tmp_path)[0]
-             for name in ("estimator", engine)}
+def test_checkpoints_carry_their_meta_graph_as_the_estimator_writes_it(tmp_path, engine,
+                                                                     meta_graph_reference):
+  results = {"estimator": meta_graph_reference,
+             engine: contract_programs.run("meta_graph_copy.py", engine, tmp_path)[0]}
   seen = results[engine]
   assert seen["files"] == [
       "checkpoint", "eval", "events.out.tfevents", "graph.pbtxt",
@@ -311,7 +319,7 @@ def _child(out_dir):
 
 @pytest.mark.slow
 def test_mirrored_replicas_each_start_from_the_twins_values(tmp_path):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
+  env = contract_programs.child_env()
   process = programs.run([sys.executable, __file__, str(tmp_path)], cwd=REPO_DIR, env=env,
                            capture_output=True, text=True, timeout=300)
   assert process.returncode == 0, process.stderr[-3000:]

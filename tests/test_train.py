@@ -124,8 +124,9 @@ def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir)
   command = [sys.executable, "train.py", f"--data_dir={digits_dir}",
              f"--model_dir={model_dir}", "--train_steps=100000", "--steps_per_eval=5",
              "--mode=train", *TINY]
-  process = programs.start(command, cwd=REPO, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+  # program_env(): the environment of the other train.py programs here, so one zygote serves all.
+  process = programs.start(command, cwd=REPO, env=program_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
   deadline = time.time() + 120
   try:
     while time.time() < deadline and loop.current_step(model_dir) < 5:
@@ -137,7 +138,7 @@ def test_killed_run_resumes_from_its_checkpoint_not_step_0(tmp_path, digits_dir)
   assert killed_at >= 5
   resumed = programs.run(
       [*command[:5], f"--train_steps={killed_at + 3}", *command[6:]], cwd=REPO,
-      capture_output=True, text=True, timeout=180)
+      env=program_env(), capture_output=True, text=True, timeout=180)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert f"resuming from step {killed_at}" in resumed.stdout
   assert loop.current_step(model_dir) == killed_at + 3
@@ -310,7 +311,7 @@ def test_labels_disagreeing_with_manifest_is_an_error(tmp_path, capsys):
 def test_export_without_checkpoint_is_an_error(tmp_path):
   result = programs.run(
       [sys.executable, "export.py", f"--model_dir={tmp_path}", f"--export_dir={tmp_path}/e"],
-      cwd=REPO, capture_output=True, text=True, timeout=120)
+      cwd=REPO, env=program_env(), capture_output=True, text=True, timeout=120)
   assert result.returncode == 2
   assert f"--model_dir={tmp_path} holds no config.json" in result.stderr
   assert not os.path.exists(f"{tmp_path}/e")
