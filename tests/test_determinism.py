@@ -53,6 +53,31 @@ def _train(data_dir, model_dir, *args):
   return summary_scalars(str(model_dir), "train/loss")
 
 
+class _Runs:
+  """train.py runs in this process made once a module: the same flags give the same model dir.
+
+  A run that two tests read (a deterministic flowers run of 3 steps is both the first of
+  two identical runs and the seed-7 side of the seed test) trains once; tests copy a dir
+  before they resume it.
+  """
+
+  def __init__(self, root, data_dir):
+    self._root, self._data_dir, self._made = root, data_dir, {}
+
+  def get(self, *args):
+    """(model_dir, {step: loss}) of `train.py *RUN *args`, trained on first use."""
+    if args not in self._made:
+      model_dir = self._root / f"run{len(self._made)}"
+      self._made[args] = model_dir, _train(self._data_dir, model_dir, *args)
+    model_dir, losses = self._made[args]
+    return model_dir, dict(losses)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, digits_dir):
+  return _Runs(tmp_path_factory.mktemp("determinism"), digits_dir)
+
+
 def _resume_copy(model_dir, to):
   shutil.copytree(model_dir, to)
   for name in os.listdir(to):
@@ -70,13 +95,13 @@ def _resume_copy(model_dir, to):
     pytest.param(("--model=flowers", "--engine=jax", "--strategy=one_device"), id="flowers-jax",
                  marks=pytest.mark.skipif(not _HAS_JAX, reason=_NO_JAX))])
 def test_two_runs_and_two_resumes_of_one_checkpoint_give_identical_losses(
-    tmp_path, digits_dir, model):
+    tmp_path, digits_dir, runs, model):
   command = [*model, "--deterministic", "--steps_per_eval=3"]
-  first = _train(digits_dir, tmp_path / "first", *command, "--train_steps=3")
+  first_dir, first = runs.get(*command, "--train_steps=3")
   second = _train(digits_dir, tmp_path / "second", *command, "--train_steps=3")
   assert sorted(first) == [0, 1, 2]
   assert first == second  # bit for bit
-  resumed = [_train(digits_dir, _resume_copy(tmp_path / "first", tmp_path / name), *command,
+  resumed = [_train(digits_dir, _resume_copy(first_dir, tmp_path / name), *command,
                     "--train_steps=6") for name in ("resumed_a", "resumed_b")]
   assert sorted(resumed[0]) == [3, 4, 5]
   assert resumed[0] == resumed[1]
@@ -87,14 +112,16 @@ def test_two_runs_and_two_resumes_of_one_checkpoint_give_identical_losses(
 
 
 @pytest.mark.slow
-def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_path, digits_dir):
-  deterministic = _train(digits_dir, tmp_path / "seed7", "--deterministic", "--train_steps=2",
-                         "--steps_per_eval=2")
-  other_seed = _train(digits_dir, tmp_path / "seed8", "--deterministic", "--train_steps=2",
-                      "--steps_per_eval=2", "--seed=8")
+def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_path, digits_dir,
+                                                                         runs):
+  # The seed-7 run is the first run of the flowers test above (the same flags: flowers is
+  # the default model); seed 8 differs only in the seed.
+  command = ["--model=flowers", "--deterministic", "--steps_per_eval=3", "--train_steps=3"]
+  seed7_dir, deterministic = runs.get(*command)
+  other_seed = _train(digits_dir, tmp_path / "seed8", *command, "--seed=8")
   assert deterministic[0] != other_seed[0]
   # Only the deterministic run does without TensorFlow's clock in its summaries.
-  assert summary_scalars(str(tmp_path / "seed7"), "train/examples_per_sec") == {}
+  assert summary_scalars(str(seed7_dir), "train/examples_per_sec") == {}
   default = _train(digits_dir, tmp_path / "default", "--train_steps=2", "--steps_per_eval=2")
   assert sorted(default) == [0, 1]
   rates = summary_scalars(str(tmp_path / "default"), "train/examples_per_sec")

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import _inproc_jax_cache
 from absl import flags
 from conftest import TINY_FLAGS
 from conftest import program_env
@@ -36,7 +37,6 @@ TINY = list(TINY_FLAGS)
 PROGRAM_ENV = program_env(TF_CPP_MIN_LOG_LEVEL="3")
 # The runs the damaged-checkpoint tests start from (conftest's trained_models: trained once).
 FOUR_STEPS = ("--train_steps=4", "--steps_per_eval=2")
-TWO_STEPS = ("--train_steps=2", "--steps_per_eval=2")
 
 
 def _flags(*args):
@@ -157,14 +157,15 @@ def test_sigterm_on_the_jax_engine_saves_the_step_in_flight_and_resumes(tmp_path
       tiny_config(str(tmp_path / "m"), train_steps=1000, steps_per_eval=1000).replace(
           "data", data_dir=digits_dir).replace("runtime", engine="jax", strategy="one_device"),
       None, need_train=True, need_eval=False)
-  stopped = _train_until_signalled(config, info)
-  step = stopped.step
-  # The loop of iterations_per_loop=2 steps in flight finishes: step 3's loop ends at 4.
-  assert step == 4 == loop.current_step(config.runtime.model_dir)
-  assert stopped.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
-  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-  resumed = assemble.build(config.replace("train", train_steps=6).validate())
-  resumed.train(loop.make_inputs(config, info).train_input_fn, max_steps=6)
+  with _inproc_jax_cache.compiled_once(tmp_path / "jax_cache"):  # the resume's step: no recompile
+    stopped = _train_until_signalled(config, info)
+    step = stopped.step
+    # The loop of iterations_per_loop=2 steps in flight finishes: step 3's loop ends at 4.
+    assert step == 4 == loop.current_step(config.runtime.model_dir)
+    assert stopped.checkpoint == os.path.join(config.runtime.model_dir, f"model.ckpt-{step}")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    resumed = assemble.build(config.replace("train", train_steps=6).validate())
+    resumed.train(loop.make_inputs(config, info).train_input_fn, max_steps=6)
   assert loop.current_step(config.runtime.model_dir) == 6
 
 
@@ -319,14 +320,15 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_old
 
 def test_no_restorable_checkpoint_stops_with_a_message_and_moves_nothing(
     tmp_path, digits_dir, trained_models, capsys):
-  model_dir = trained_models.copy(str(tmp_path / "all_damaged"), *TWO_STEPS)
+  # The damaged-checkpoint run above's model dir (trained once): its checkpoints 0, 2 and 4.
+  model_dir = trained_models.copy(str(tmp_path / "all_damaged"), *FOUR_STEPS)
   for prefix in checkpoints.candidates(model_dir):
     _truncate_data(prefix)
   before = _files(model_dir)
   capsys.readouterr()
-  assert _train(digits_dir, model_dir, "--train_steps=4", "--steps_per_eval=2") == 2
+  assert _train(digits_dir, model_dir, "--train_steps=6", "--steps_per_eval=2") == 2
   err = capsys.readouterr().err
-  assert f"no checkpoint in --model_dir={model_dir} restores (2 damaged, left in place)" in err
+  assert f"no checkpoint in --model_dir={model_dir} restores (3 damaged, left in place)" in err
   assert "use a new --model_dir" in err
   assert _files(model_dir) == before
 
