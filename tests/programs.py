@@ -54,8 +54,15 @@ _READY_SECS = 300
 PIPE, STDOUT, DEVNULL = subprocess.PIPE, subprocess.STDOUT, subprocess.DEVNULL
 
 
+# What importing scikit-learn sets where the environment lacks it (os.environ.setdefault): the
+# test process has it once a test has loaded the digits, and every zygote once it has loaded
+# PRELOAD_IF_INSTALLED, so an environment without it asks for the same zygote as one with it.
+# (Left in the key, the first digits made every later environment need a zygote of its own.)
+_SET_BY_IMPORTS = {"KMP_DUPLICATE_LIB_OK": "True", "KMP_INIT_AT_FORK": "FALSE"}
+
+
 def _key(env):
-  return tuple(sorted((name, value) for name, value in env.items()
+  return tuple(sorted((name, value) for name, value in {**_SET_BY_IMPORTS, **env}.items()
                       if name not in RUNTIME_ONLY and not name.startswith("PYTEST_")))
 
 
