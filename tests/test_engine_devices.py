@@ -45,6 +45,15 @@ MIRRORED_LINE = ("[estimator_tpu] engine: distribute (MirroredStrategy, 2 replic
 TIMEOUT = 600
 
 
+def _env(**extra):
+  """A program's environment: TensorFlow's log level is the same for every program here.
+
+  The rest that differs (the engine, the strategy, TF_CONFIG) is read only as a program runs,
+  so one zygote of tests/programs.py, TensorFlow loaded once, forks them all.
+  """
+  return program_env(TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
 # Choosing the strategy.
 
 def test_estimator_tpu_strategy_chooses_and_a_wrong_value_names_the_variable_and_choices():
@@ -222,8 +231,7 @@ def _partial_child(model_dir):
 
 @pytest.mark.slow
 def test_a_partial_last_batch_over_two_replicas_evaluates_as_the_estimator(tmp_path):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  done = programs.run([sys.executable, __file__, "partial", str(tmp_path)], cwd=REPO, env=env,
+  done = programs.run([sys.executable, __file__, "partial", str(tmp_path)], cwd=REPO, env=_env(),
                         capture_output=True, text=True, timeout=TIMEOUT)
   assert done.returncode == 0, done.stderr[-3000:]
   results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -280,8 +288,8 @@ def _run_program(program, args, strategy, logical_cpus=None, **env):
   if logical_cpus:
     command = [sys.executable, LOGICAL_CPUS, str(logical_cpus), *command[1:]]
   done = programs.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
-                        env=program_env(TF_CPP_MIN_LOG_LEVEL="2", ESTIMATOR_TPU_ENGINE="distribute",
-                                        ESTIMATOR_TPU_STRATEGY=strategy, **env))
+                        env=_env(ESTIMATOR_TPU_ENGINE="distribute", ESTIMATOR_TPU_STRATEGY=strategy,
+                                 **env))
   return done
 
 
@@ -332,7 +340,7 @@ def _start_workers(command, cluster_of):
   for task in cluster_of(ports):
     processes.append(programs.start(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=program_env(TF_CPP_MIN_LOG_LEVEL="3", TF_CONFIG=json.dumps(task))))
+        env=_env(TF_CONFIG=json.dumps(task))))
   return processes
 
 
@@ -415,7 +423,7 @@ def test_two_workers_train_checkpoint_once_resume_and_evaluate_exactly(digits_di
       [sys.executable, "train.py", f"--data_dir={digits_dir}", f"--model_dir={alone}",
        "--mode=eval", "--engine=estimator", "--train_steps=6", "--eval_timeout_secs=5"],
       cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
-      env=program_env(TF_CPP_MIN_LOG_LEVEL="3"))
+      env=_env())
   assert done.returncode == 0, done.stderr[-3000:]
   by_one = _history(alone)[-1]
   assert by_one["step"] == 6

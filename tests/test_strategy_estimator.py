@@ -21,6 +21,7 @@ sys.path.insert(0, TESTS_DIR)  # as a child script too
 
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
+from conftest import program_env
 from conftest import tiny_config
 import tensorflow as tf
 
@@ -43,7 +44,12 @@ CHILD_TIMEOUT_SECS = 120
 
 
 def _env(**extra):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR, **extra)
+  """program_env(): that of the other programs on many devices (test_engine_devices.py's).
+
+  The same environment, TF_CONFIG aside (read only as a program runs), chooses the same
+  zygote of tests/programs.py: TensorFlow is loaded once for the programs of both files.
+  """
+  env = program_env(TF_CPP_MIN_LOG_LEVEL="3")
   env.pop("TF_CONFIG", None)
   env.update(extra)
   return env
