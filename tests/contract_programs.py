@@ -82,3 +82,9 @@ def run(program, engine, work_dir, *args, timeout=300, fresh=False, **env):
 def run_both(program, work_dir, *args, **kwargs):
   """{engine: results} of program on every engine of ENGINES, same flags."""
   return {engine: run(program, engine, work_dir, *args, **kwargs)[0] for engine in ENGINES}
+
+
+def run_shared(tmp_path_factory, program):
+  """(work dir, run_both's results) of program in a new work dir: a module fixture's one run."""
+  work_dir = tmp_path_factory.mktemp(os.path.splitext(program)[0])
+  return work_dir, run_both(program, work_dir)

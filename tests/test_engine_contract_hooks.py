@@ -154,8 +154,7 @@ def test_hooks_a_model_fn_returns_see_the_same_and_write_the_same_summaries(tmp_
 @pytest.fixture(scope="module")
 def eval_metric_ops(tmp_path_factory):
   """(work dir, {engine: results}) of eval_metric_ops.py, run once on each engine."""
-  work_dir = tmp_path_factory.mktemp("eval_metric_ops")
-  return work_dir, run_both("eval_metric_ops.py", work_dir)
+  return contract_programs.run_shared(tmp_path_factory, "eval_metric_ops.py")
 
 
 def test_eval_metric_ops_of_an_estimator_spec_give_the_estimators_dict(eval_metric_ops):

@@ -165,8 +165,7 @@ def test_the_line_of_a_plain_estimator_follows_the_variable():
 @pytest.fixture(scope="module")
 def keras_layers(tmp_path_factory):
   """(work dir, {engine: results}) of keras_layers.py, run once on each engine; never written to."""
-  work_dir = tmp_path_factory.mktemp("keras_layers")
-  return work_dir, run_both("keras_layers.py", work_dir)
+  return contract_programs.run_shared(tmp_path_factory, "keras_layers.py")
 
 
 def test_keras_layers_and_models_name_their_variables_as_the_estimator(keras_layers):
