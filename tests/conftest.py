@@ -211,14 +211,15 @@ class TrainedModels:
   """Model dirs that train.py trained in this process, once a session for each list of flags.
 
   `get(*flags)` returns the model dir of `train.py --data_dir=DIGITS
-  --model_dir=NEW *TINY_FLAGS *flags` (later flags win), training it on first
-  use; tests read it and never change it. `copy(destination, *flags)` is a
-  private copy (copy_model_dir) for a test that changes the model dir. What
-  train.py printed is kept in `output[flags]`, out of the asking test's capsys.
+  --model_dir=NEW *base_flags *flags` (base_flags: TINY_FLAGS unless given; later
+  flags win), training it on first use; tests read it and never change it.
+  `copy(destination, *flags)` is a private copy (copy_model_dir) for a test that
+  changes the model dir. What train.py printed is kept in `output[flags]`, out of
+  the asking test's capsys.
   """
 
-  def __init__(self, root, data_dir):
-    self._root, self._data_dir = root, data_dir
+  def __init__(self, root, data_dir, base_flags=TINY_FLAGS):
+    self._root, self._data_dir, self._base_flags = root, data_dir, tuple(base_flags)
     self._dirs = {}
     self.output = {}
 
@@ -232,7 +233,7 @@ class TrainedModels:
       printed = io.StringIO()
       with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
         status = train.run(train_flags(f"--data_dir={self._data_dir}",
-                                       f"--model_dir={model_dir}", *TINY_FLAGS, *flags))
+                                       f"--model_dir={model_dir}", *self._base_flags, *flags))
       self.output[flags] = printed.getvalue()
       assert status == 0, f"train.py {' '.join(flags)} exited {status}:\n{printed.getvalue()}"
       self._dirs[flags] = model_dir

@@ -5,6 +5,7 @@ import shutil
 
 from absl import flags
 from conftest import IMAGE_SIZE
+from conftest import TrainedModels
 from conftest import summary_scalars
 import contract_programs
 import numpy as np
@@ -53,29 +54,22 @@ def _train(data_dir, model_dir, *args):
   return summary_scalars(str(model_dir), "train/loss")
 
 
-class _Runs:
-  """train.py runs in this process made once a module: the same flags give the same model dir.
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, digits_dir):
+  """train.py runs on RUN's flags, made once a module (conftest's TrainedModels).
 
   A run that two tests read (a deterministic flowers run of 3 steps is both the first of
   two identical runs and the seed-7 side of the seed test) trains once; tests copy a dir
   before they resume it.
   """
-
-  def __init__(self, root, data_dir):
-    self._root, self._data_dir, self._made = root, data_dir, {}
-
-  def get(self, *args):
-    """(model_dir, {step: loss}) of `train.py *RUN *args`, trained on first use."""
-    if args not in self._made:
-      model_dir = self._root / f"run{len(self._made)}"
-      self._made[args] = model_dir, _train(self._data_dir, model_dir, *args)
-    model_dir, losses = self._made[args]
-    return model_dir, dict(losses)
+  return TrainedModels(str(tmp_path_factory.mktemp("determinism")), digits_dir, base_flags=RUN)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, digits_dir):
-  return _Runs(tmp_path_factory.mktemp("determinism"), digits_dir)
+def _shared_run(runs, *args):
+  """(model_dir, {step: loss}) of `train.py *RUN *args` from runs, trained on first use."""
+  model_dir = runs.get(*args)
+  assert not tf_config.is_op_determinism_enabled()  # put back for whatever runs next
+  return model_dir, summary_scalars(model_dir, "train/loss")
 
 
 def _resume_copy(model_dir, to):
@@ -97,7 +91,7 @@ def _resume_copy(model_dir, to):
 def test_two_runs_and_two_resumes_of_one_checkpoint_give_identical_losses(
     tmp_path, digits_dir, runs, model):
   command = [*model, "--deterministic", "--steps_per_eval=3"]
-  first_dir, first = runs.get(*command, "--train_steps=3")
+  first_dir, first = _shared_run(runs, *command, "--train_steps=3")
   second = _train(digits_dir, tmp_path / "second", *command, "--train_steps=3")
   assert sorted(first) == [0, 1, 2]
   assert first == second  # bit for bit
@@ -117,7 +111,7 @@ def test_the_seed_still_decides_and_without_the_flag_the_run_is_as_before(tmp_pa
   # The seed-7 run is the first run of the flowers test above (the same flags: flowers is
   # the default model); seed 8 differs only in the seed.
   command = ["--model=flowers", "--deterministic", "--steps_per_eval=3", "--train_steps=3"]
-  seed7_dir, deterministic = runs.get(*command)
+  seed7_dir, deterministic = _shared_run(runs, *command)
   other_seed = _train(digits_dir, tmp_path / "seed8", *command, "--seed=8")
   assert deterministic[0] != other_seed[0]
   # Only the deterministic run does without TensorFlow's clock in its summaries.

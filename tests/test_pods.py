@@ -1,5 +1,6 @@
 """Our input_fns on a simulated pod: N hosts x M cores, each host called as PER_HOST_V2 calls it."""
 
+import functools
 import os
 
 import numpy as np
@@ -61,17 +62,8 @@ def test_eval_counts_every_record_exactly_once_on_any_number_of_hosts(uneven, ho
   assert set(np.unique(weights)) <= {0.0, 1.0} and weights.sum() == total
 
 
-_label_sets = {}  # (pattern, hosts, seed) -> what _host_label_sets found: tests share a feed
-
-
+@functools.cache  # tests asking for the same feed share it
 def _host_label_sets(pattern, total, hosts, seed=None):
-  key = (pattern, hosts, seed)
-  if key not in _label_sets:
-    _label_sets[key] = _feed_label_sets(pattern, total, hosts, seed)
-  return _label_sets[key]
-
-
-def _feed_label_sets(pattern, total, hosts, seed):
   input_fn = input_pipeline.make_input_fn(pattern, True, random_flip=False, seed=seed)
   # Enough steps to pass every host's share twice.
   share = -(-total // hosts) if hosts > 1 else total
