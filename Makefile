@@ -28,9 +28,18 @@ DEMO := demo_output$(if $(filter current,$(STACK)),,-$(STACK))
 # Keep TensorFlow's C++ log noise out of what the user reads.
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: demo demo-run test lint install clean
+.PHONY: demo demo-run test lint install install-stacks clean
 
 install: $(VENV)/.installed
+
+# The venvs of the three stacks `.ci/run` tests, made at once (each suite reads the other stacks'
+# venvs: tests/test_cross_stack.py): pip spends much of an install waiting on the disk, and three
+# side by side took 118 s on 2 cores where one after another took 235 s.
+install-stacks:
+	@$(MAKE) --no-print-directory -j3 install-stack-current install-stack-tf2.15 install-stack-tpu
+
+install-stack-%:
+	@$(MAKE) --no-print-directory install STACK=$*
 
 # A venv of another Python version (an older checkout's .venv) is made anew. The tpu stack's venv
 # gets a start-up file that keeps libtpu off the cloud metadata server on hosts without a TPU, for
@@ -53,9 +62,9 @@ $(VENV)/.installed: $(LOCK) pyproject.toml
 # the longest files first (tests/durations.json; --no-loadscope-reorder keeps that order).
 # SLOW=no leaves out the end-to-end runs marked `slow` (faults, resumes, pods, Beam, the demo):
 # CI runs them on the default stack and the rest of the suite on every stack.
-# The tpu stack's programs start afresh (tests/programs.py: its TensorFlow cannot be forked) and each
-# waits about 5 s for a TPU platform as TensorFlow loads: one worker more than the cores (at most 4)
-# keeps the cores busy meanwhile (6 min 50 s instead of 8 min 14 s on 2 cores).
+# On the tpu stack each process that loads TensorFlow waits about 5 s for a TPU platform (each
+# pytest worker and zygote, and the programs that start afresh: quiet start-ups, import orders):
+# one worker more than the cores (at most 4) keeps the cores busy meanwhile.
 WORKERS := $(if $(filter tpu,$(STACK)),$(shell n=$$(nproc); echo $$(( n < 4 ? n + 1 : 4 ))),auto)
 SLOW ?= yes
 test: install

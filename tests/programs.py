@@ -134,19 +134,9 @@ def close_all():
       _zygotes.popitem()[1].close()
 
 
-def forks():
-  """False on the tpu stack, whose programs start afresh, as subprocess starts them.
-
-  TensorFlow's TPU build starts threads while it loads (its TPU platform search, even
-  where libtpu is left unloaded): a child forked after them hangs in its first Session.
-  """
-  from estimator_tpu import libtpu_guard  # pylint: disable=import-outside-toplevel
-  return not libtpu_guard.is_tpu_build()
-
-
 def _forkable(args):
   """Whether args is this Python running a script, `-m module` or `-c code` (and no options)."""
-  return (forks() and isinstance(args, (list, tuple)) and len(args) >= 2
+  return (isinstance(args, (list, tuple)) and len(args) >= 2
           and args[0] == sys.executable
           and (args[1] in ("-m", "-c") and len(args) >= 3 or not args[1].startswith("-")))
 
@@ -304,11 +294,47 @@ def run(args, *, fresh=False, capture_output=False, timeout=None, check=False, i
 # --- the zygote --------------------------------------------------------------------------------
 
 
+def _preload():
+  """Imports PRELOAD; returns what each child does before its program (None: nothing).
+
+  Where the TPU build runs with libtpu unloaded, estimator_tpu settles it as
+  TensorFlow loads: a device listing (its 4-second TPU platform search) and a
+  one-op graph run (whose one-time log it keeps off stderr). That run starts
+  TensorFlow's process-wide thread pools, which a forked child does not have:
+  its first Session would wait on them forever. Here the zygote lists the
+  devices only and each child makes the run, as the program's own start-up
+  would, before its program.
+  """
+  from estimator_tpu import libtpu_guard  # pylint: disable=import-outside-toplevel
+  from estimator_tpu import tf_startup  # pylint: disable=import-outside-toplevel
+  if not libtpu_guard.runs_without_tpu():
+    for module in PRELOAD:
+      __import__(module)
+    return None
+  settle_tpu_build, loaded = tf_startup._settle_tpu_build, []  # pylint: disable=protected-access
+  tf_startup._settle_tpu_build = lambda tf: (tf.config.list_physical_devices(), loaded.append(tf))  # pylint: disable=protected-access
+  try:
+    for module in PRELOAD:
+      __import__(module)
+  finally:
+    tf_startup._settle_tpu_build = settle_tpu_build  # pylint: disable=protected-access
+  if not loaded:  # not through estimator_tpu's start-up hook (ESTIMATOR_TPU_TF_STARTUP_LOGS=1)
+    return None
+
+  def settle():
+    with tf_startup.captured():
+      settle_tpu_build(loaded[0])
+
+  return settle
+
+
 def _serve(address):
-  """Loads PRELOAD and PRELOAD_IF_INSTALLED, then forks a child per request: (request, fds)."""
+  """Loads PRELOAD and PRELOAD_IF_INSTALLED, then forks a child per request.
+
+  Returns (request, fds, settle) in the child: settle is _preload's.
+  """
   started = dict(os.environ)
-  for module in PRELOAD:
-    __import__(module)
+  settle = _preload()
   for module in PRELOAD_IF_INSTALLED:
     with contextlib.suppress(ImportError):
       __import__(module)
@@ -339,7 +365,7 @@ def _serve(address):
         for other in (listener, connection, *waiting.values()):
           other.close()
         request["env"] = {**added, **request["env"]}
-        return request, fds
+        return request, fds, settle
       for fd in fds:
         os.close(fd)
       connection.send(json.dumps({"pid": pid}).encode())
@@ -355,7 +381,7 @@ def _serve(address):
       connection.close()
 
 
-def _become(request, fds):
+def _become(request, fds, settle):
   """In the forked child: takes the request's descriptors, place and environment; runs it."""
   for target, fd in enumerate(fds):
     os.dup2(fd, target)
@@ -365,6 +391,8 @@ def _become(request, fds):
   os.chdir(request["cwd"])
   os.environ.clear()
   os.environ.update(request["env"])
+  if settle is not None:
+    settle()
   if "numpy" in sys.modules:  # a fresh process draws its own global NumPy state
     sys.modules["numpy"].random.seed()
   import runpy  # pylint: disable=import-outside-toplevel
@@ -387,10 +415,10 @@ def _become(request, fds):
     runpy.run_path(script, run_name="__main__")
 
 
-def _exit_code(request, fds):
+def _exit_code(request, fds, settle):
   """Runs the request as Python runs a program; returns the status Python would exit with."""
   try:
-    _become(request, fds)
+    _become(request, fds, settle)
   except SystemExit as stop:
     if stop.code is None or isinstance(stop.code, int):
       return stop.code or 0
