@@ -57,15 +57,16 @@ $(VENV)/.installed: $(LOCK) pyproject.toml
 	scripts/pip_check.sh $(PY)
 	touch $@
 
-# One pytest worker per core, at most 4 (each loads TensorFlow and its own fixtures); a test file
-# goes to one worker whole, so its module fixtures (trained models, written data sets) are made once,
-# the longest files first (tests/durations.json; --no-loadscope-reorder keeps that order).
+# One pytest worker more than the cores, at most 4 (each loads TensorFlow and its own fixtures): a
+# worker waits now and then (on a program's start, a test's sleep, and on the tpu stack 5 s for a
+# TPU platform in each process that loads TensorFlow afresh), and the third keeps 2 cores busy
+# meanwhile (the default stack's whole suite: 98.6% of both cores, 15 min 13 s; with a worker per
+# core ~92%, 16 min 12 s). A test file goes to one worker whole, so its module fixtures (trained
+# models, written data sets) are made once, the longest files first (tests/durations.json;
+# --no-loadscope-reorder keeps that order).
 # SLOW=no leaves out the end-to-end runs marked `slow` (faults, resumes, pods, Beam, the demo):
 # CI runs them on the default stack and the rest of the suite on every stack.
-# On the tpu stack each process that loads TensorFlow waits about 5 s for a TPU platform (each
-# pytest worker and zygote, and the programs that start afresh: quiet start-ups, import orders):
-# one worker more than the cores (at most 4) keeps the cores busy meanwhile.
-WORKERS := $(if $(filter tpu,$(STACK)),$(shell n=$$(nproc); echo $$(( n < 4 ? n + 1 : 4 ))),auto)
+WORKERS := $(shell n=$$(nproc); echo $$(( n < 4 ? n + 1 : 4 )))
 SLOW ?= yes
 test: install
 	$(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --dist loadfile --no-loadscope-reorder $(if $(filter no,$(SLOW)),-m "not slow") tests
