@@ -312,7 +312,12 @@ def _preload():
       __import__(module)
     return None
   settle_tpu_build, loaded = tf_startup._settle_tpu_build, []  # pylint: disable=protected-access
-  tf_startup._settle_tpu_build = lambda tf: (tf.config.list_physical_devices(), loaded.append(tf))  # pylint: disable=protected-access
+
+  def list_devices_only(tf):
+    tf.config.list_physical_devices()
+    loaded.append(tf)
+
+  tf_startup._settle_tpu_build = list_devices_only  # pylint: disable=protected-access
   try:
     for module in PRELOAD:
       __import__(module)
