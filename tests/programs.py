@@ -41,9 +41,11 @@ import time
 import timings
 
 # Variables read only when the program runs (by the cluster resolver, the engine choice, the
-# progress lines), never while estimator_tpu or TensorFlow loads: they do not choose the zygote.
+# progress lines; XLA_FLAGS by TensorFlow's and JAX's XLA when each first compiles or starts its
+# backend), never while estimator_tpu or TensorFlow loads: they do not choose the zygote.
 RUNTIME_ONLY = frozenset({"TF_CONFIG", "ESTIMATOR_TPU_ENGINE", "ESTIMATOR_TPU_STRATEGY",
-                          "ESTIMATOR_TPU_PROGRESS_SECS", "ESTIMATOR_TPU_COMPAT_EXECUTION"})
+                          "ESTIMATOR_TPU_PROGRESS_SECS", "ESTIMATOR_TPU_COMPAT_EXECUTION",
+                          "XLA_FLAGS"})
 PRELOAD = ("estimator_tpu", "tensorflow")  # in this order, as a program's first line does
 # Then what most programs import later (the estimator, the learning curves, the corpus' digits):
 # 0.1, 0.5 and 0.8 CPU s that a forked program importing them no longer pays; skipped where

@@ -2,8 +2,8 @@
 
 Both engines start from the same checkpoint and read the same fixed batches, so
 their per-step losses, evaluations and checkpoints can be compared directly.
-The MirroredStrategy runs are a fresh subprocess (logical CPUs must be set up
-before TensorFlow initializes): run as a script, this file is that child.
+The MirroredStrategy runs are a program of their own (logical CPUs must be set up
+before TensorFlow initializes its devices): run as a script, this file is that child.
 """
 
 import glob
@@ -23,6 +23,7 @@ sys.path.insert(0, TESTS_DIR)  # as a child script too
 from conftest import IMAGE_SIZE
 from conftest import NUM_EVAL
 from conftest import fixed_input_fn
+from conftest import program_env
 from conftest import summary_scalars
 from conftest import tiny_config
 import tensorflow as tf
@@ -354,7 +355,10 @@ def _child(out_dir, digits_dir):
 
 @pytest.mark.slow
 def test_mirrored_on_two_cpus_matches_the_estimator_and_reduces_once(digits_dir, tmp_path):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR)
+  # The environment of most of the suite's programs (test_preflight.py's, test_engine_devices.py's):
+  # their zygote of tests/programs.py forks this one too, where an environment of its own would
+  # start another (TensorFlow loaded again). The child makes its two logical CPUs itself.
+  env = program_env(TF_CPP_MIN_LOG_LEVEL="3")
   env.pop("TF_CONFIG", None)
   process = programs.run([sys.executable, __file__, str(tmp_path), digits_dir], cwd=REPO_DIR,
                            env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECS)

@@ -2,8 +2,8 @@
 
 The engine and the estimator start from the same checkpoint and read the same
 fixed batches, so their per-step losses, evaluations and checkpoints compare
-directly. Runs on two JAX devices are a fresh subprocess (JAX's CPU device
-count is set before it starts): run as a script, this file is that child.
+directly. Runs on two JAX devices are a program of their own (JAX's CPU device
+count is set before its backend starts): run as a script, this file is that child.
 """
 
 import glob
@@ -251,6 +251,7 @@ def _odd_eval_input_fn(params):
 
 
 def _child(out_dir, digits_dir):
+  jax.config.update("jax_num_cpu_devices", 2)  # before anything starts JAX's CPU backend
   results = {"devices": len(jax.devices())}
   for name, cross_shard in (("plain", False), ("cross_shard", True)):
     for strategy in ("one_device", "none"):
@@ -300,8 +301,10 @@ def _keras_optimizer_model_fn(features, labels, mode, params):
 def two_devices(tmp_path_factory, digits_dir, two_engines):
   out_dir = tmp_path_factory.mktemp("two_devices")
   shutil.copytree(two_engines["jax"], str(out_dir / "start"))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_DIR,
-             XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  # The environment of most of the suite's programs (test_preflight.py's, test_engine_devices.py's):
+  # their zygote of tests/programs.py forks this one too, where XLA_FLAGS would start one of its
+  # own (TensorFlow loaded again). The child sets its two devices itself.
+  env = program_env(TF_CPP_MIN_LOG_LEVEL="3")
   process = programs.run([sys.executable, __file__, str(out_dir), digits_dir], cwd=REPO_DIR,
                            env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECS)
   assert process.returncode == 0, process.stderr[-3000:]

@@ -5,6 +5,7 @@ import os
 import re
 import sys
 
+from conftest import program_env
 import numpy as np
 from PIL import Image
 import programs
@@ -47,7 +48,9 @@ def encode(array, fmt, mode=None):
 
 
 def run_cli(*args):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  # The environment of most of the suite's quiet programs: forked from their zygote (programs.py)
+  # rather than from one started for this environment alone.
+  env = program_env(TF_CPP_MIN_LOG_LEVEL="3")
   result = programs.run(SAVED_MODEL_CLI + list(args), capture_output=True, text=True,
                           env=env, timeout=300, check=False)
   assert result.returncode == 0, result.stderr
