@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 
 from absl import flags
 import conftest
@@ -16,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_tpu.beam import options
+from estimator_tpu.cli import preprocess
 from estimator_tpu.data import schema
 
 # CI runs these end-to-end runs on the default stack only (README, "Tests").
@@ -268,6 +270,34 @@ def test_progress_shows_images_encoded_and_rejected_when_asked(image_folder, tmp
   assert lines, stdout
   assert re.fullmatch(r"preprocess\.py: \d+/\d+ images \| \d+ encoded, \d+ rejected \| "
                       r"\d+ images/s( \| \d+s left)?", lines[-1]), lines[-1]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_a_signal_landing_where_python_ignores_exceptions_still_stops_the_run(capfd, signal_name):
+  # A signal whose handler runs inside a weakref callback: Python prints the exception it raises
+  # ("Exception ignored in ...") and goes on. The run must stop all the same, quietly.
+  def callback(unused_ref):
+    signal.raise_signal(getattr(signal, signal_name))
+    sum(range(1000))  # the handler runs here, inside the callback
+
+  class Thing:
+    pass
+
+  before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), sys.unraisablehook)
+  started = time.monotonic()
+  with pytest.raises(preprocess.Interrupted) as stopped:
+    with preprocess._interruptible():  # pylint: disable=protected-access
+      thing = Thing()
+      ref = weakref.ref(thing, callback)
+      del thing
+      time.sleep(10)  # interrupted, not slept to the end
+  assert stopped.value.signal_name == signal_name
+  assert time.monotonic() - started < 5
+  assert ref() is None
+  assert capfd.readouterr().err == ""
+  # Outside the block the handlers and the unraisable hook are as before.
+  assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM),
+          sys.unraisablehook) == before
 
 
 def test_a_stopped_runs_leftovers_are_no_dataset(tmp_path):

@@ -71,20 +71,45 @@ def _parse(argv):
   return parse(argv)
 
 
+_RESEND_SECS = 0.05  # a signal lost where exceptions are ignored is sent again after this
+
+
 @contextlib.contextmanager
 def _interruptible():
-  """Turns SIGINT and SIGTERM into Interrupted, raised in the main thread."""
+  """Turns SIGINT and SIGTERM into Interrupted, raised in the main thread.
+
+  A signal that arrives while the main thread runs code whose exceptions
+  Python ignores (a weakref callback, a __del__: it would print "Exception
+  ignored in ..." and go on) is sent again a moment later, from another
+  thread, once that code has returned: Interrupted is raised where the
+  program runs instead of being lost while the pipeline runs to its end.
+  """
+  resent = []
 
   def handler(signum, frame):
     del frame
     raise Interrupted(signal.Signals(signum).name)
 
+  def unraisable(info):
+    if not isinstance(info.exc_value, Interrupted):
+      return unraisable_before(info)
+    timer = threading.Timer(_RESEND_SECS, os.kill,
+                            (os.getpid(), signal.Signals[info.exc_value.signal_name]))
+    timer.daemon = True
+    resent.append(timer)
+    timer.start()
+    return None
+
+  unraisable_before, sys.unraisablehook = sys.unraisablehook, unraisable
   previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
   try:
     yield
   finally:
+    for timer in resent:
+      timer.cancel()
     for sig, old in previous.items():
       signal.signal(sig, old)
+    sys.unraisablehook = unraisable_before
 
 
 def _stopped_line(signal_name, output_dir):
