@@ -446,6 +446,7 @@ def test_sigterm_to_one_worker_saves_and_exits_75_on_both(digits_dir, tmp_path, 
       assert time.time() < deadline and all(p.poll() is None for p in processes), (
           [p.communicate()[1][-2000:] for p in processes if p.poll() is not None])
       time.sleep(0.3)
+    seen = _steps(model_dir)[-1]  # the newest checkpoint as the signal is sent
     processes[signalled].send_signal(signal.SIGTERM)
   finally:
     results = _finish_all(processes)
@@ -454,7 +455,11 @@ def test_sigterm_to_one_worker_saves_and_exits_75_on_both(digits_dir, tmp_path, 
     assert code == 75, out[-2000:] + err[-3000:]
     lines.append(out.splitlines()[-1])
   saved = _steps(model_dir)[-1]
-  assert saved > 4
+  # The workers stop where their loop next meets: after the steps in flight, or right after
+  # the save of `seen` when the signal came while that save was still going on (its index file
+  # is there before the .meta and the workers' barrier that end it): then both say step `seen`,
+  # as once in a full run and once in six runs that signalled within 10 ms of the index file.
+  assert saved >= seen >= 4
   assert lines == [f"[estimator_tpu] preempted (SIGTERM) at step {saved}: checkpoint saved to "
                    f"{model_dir}/model.ckpt-{saved}; run the same command to resume"] * 2
 
