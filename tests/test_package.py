@@ -201,13 +201,22 @@ def test_an_installed_command_calls_itself_by_its_name():
 
 
 def test_the_wheel_installs_one_package_with_its_data_and_commands(tmp_path):
-  """What `pip install .` puts at the top of site-packages: estimator_tpu and its dist-info."""
+  """What `pip install .` puts at the top of site-packages: estimator_tpu and its dist-info.
+
+  Built from a copy of the checkout, all but its venvs, git's store and build outputs:
+  setuptools writes build/ and the egg-info where it builds, and test_beam_package.py,
+  on another worker meanwhile, checks that the checkout has no build/.
+  """
+  source = tmp_path / "checkout"
+  shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+      ".venv*", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
+  wheels = tmp_path / "wheels"
   done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                          "--no-build-isolation", "--no-index", "--disable-pip-version-check",
-                         "--wheel-dir", str(tmp_path), REPO],
+                         "--wheel-dir", str(wheels), str(source)],
                         capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
   assert done.returncode == 0, done.stderr
-  [wheel] = list(tmp_path.glob("*.whl"))
+  [wheel] = list(wheels.glob("*.whl"))
   archive = zipfile.ZipFile(wheel)
   names = archive.namelist()
   assert {name.split("/")[0] for name in names} == {"estimator_tpu",
@@ -219,7 +228,6 @@ def test_the_wheel_installs_one_package_with_its_data_and_commands(tmp_path):
   for command, target in (("estimator-tpu-train", "estimator_tpu.cli.train:main"),
                           ("estimator-tpu-predict", "estimator_tpu.serving.predict:main")):
     assert f"{command} = {target}" in entry_points
-  shutil.rmtree(os.path.join(REPO, "build"), ignore_errors=True)
 
 
 def test_every_dependency_is_a_range_that_each_lock_pins():

@@ -68,6 +68,9 @@ class StepCountingHook(tf.estimator.SessionRunHook):
 
 
 def main(_):
+  # Keras layers draw their initializers' seeds from Python's random module, not from the
+  # graph's seed (RunConfig's tf_random_seed): seeded here, both models start the same each run.
+  tf.keras.utils.set_random_seed(1)
   results = {}
   estimator = tf.estimator.Estimator(
       model_fn=model_fn, model_dir=os.path.join(FLAGS.model_dir, "custom"),
