@@ -144,13 +144,16 @@ def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir
     # TensorFlow's stateful kernels do. XLA's kernels round otherwise than TensorFlow's
     # (oneDNN's): the first steps agree to ~1e-5, and each step's difference grows through
     # the next ones. The flowers CNN stays within ~1% over 20 steps; a ResNet with batch
-    # norm on a batch this small is chaotic after a few updates (TensorFlow against itself,
-    # its input moved by 1e-6, differs by ~1% at step 2: benchmarks/README.md's accelerator
-    # check), so only its first three steps are held close.
+    # norm on a batch this small is chaotic from its second update on (TensorFlow against
+    # itself, its input moved by 1e-6, differs by ~1% at step 2: benchmarks/README.md's
+    # accelerator check). On an AVX-512/AMX host TensorFlow's own kernels put step 2's loss
+    # 4.6e-3 apart (oneDNN's against Eigen's, TF_ENABLE_ONEDNN_OPTS=0), and the JAX engine's
+    # lands 5e-5 from Eigen's: the first update is held to 1e-4, the second to 1e-2, which a
+    # wrong update is far outside (momentum 0.8 for 0.9 moves step 2's loss by 27%).
     assert engine[0] == pytest.approx(estimator[0], rel=1e-5)
     if "--model=resnet" in model:
-      for step in (1, 2):
-        assert engine[step] == pytest.approx(estimator[step], rel=1e-4), step
+      assert engine[1] == pytest.approx(estimator[1], rel=1e-4)
+      assert engine[2] == pytest.approx(estimator[2], rel=1e-2)
       assert len(set(engine.values())) == 20 and all(np.isfinite(list(engine.values())))
     else:
       for step in range(1, 4):
