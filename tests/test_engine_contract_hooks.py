@@ -137,16 +137,17 @@ def test_hooks_a_model_fn_returns_see_the_same_and_write_the_same_summaries(tmp_
       assert summaries[engine][tag] == [1, 4, 7, 10], (engine, tag)
     # TF's SummarySaverHook decides its next step from a global step read in the same run as
     # the train_op, which may or may not hold that run's increment: in a session it can save
-    # a step early ([1, 4, 6, 8] is seen under load). The engine replays after the loop and reads
-    # the step the run began with, as an unloaded session does.
+    # a step early, at any of its saves ([1, 4, 6, 8] and [1, 3, ...] are seen under load). The
+    # engine replays after the loop and reads the step the run began with, as an unloaded
+    # session does.
     steps = summaries["estimator"][tag]
-    assert steps[:2] == [1, 4] and all(1 <= b - a <= 3 for a, b in zip(steps, steps[1:])), tag
+    assert steps[0] == 1 and all(1 <= b - a <= 3 for a, b in zip(steps, steps[1:])), tag
   values = {engine: dict(zip(summaries[engine]["loss_summary"],
                              _scalars(directory, "loss_summary")))
             for engine, directory in directories.items()}
   for engine in OTHERS:
     common = sorted(set(values[engine]) & set(values["estimator"]))
-    assert common[:2] == [1, 4]
+    assert common[0] == 1  # the first save is the first step's on every engine
     assert [values[engine][s] for s in common] == pytest.approx(
         [values["estimator"][s] for s in common], rel=1e-4), engine
 
