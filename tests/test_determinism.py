@@ -149,7 +149,8 @@ def test_the_two_engines_train_the_same_losses_step_by_step(tmp_path, digits_dir
     # accelerator check). On an AVX-512/AMX host TensorFlow's own kernels put step 2's loss
     # 4.6e-3 apart (oneDNN's against Eigen's, TF_ENABLE_ONEDNN_OPTS=0), and the JAX engine's
     # lands 5e-5 from Eigen's: the first update is held to 1e-4, the second to 1e-2, which a
-    # wrong update is far outside (momentum 0.8 for 0.9 moves step 2's loss by 27%).
+    # wrong update is far outside (momentum 0.8 for 0.9 moves step 2's loss by 27% in a
+    # 4-step run).
     assert engine[0] == pytest.approx(estimator[0], rel=1e-5)
     if "--model=resnet" in model:
       assert engine[1] == pytest.approx(estimator[1], rel=1e-4)
