@@ -203,13 +203,15 @@ def test_an_installed_command_calls_itself_by_its_name():
 def test_the_wheel_installs_one_package_with_its_data_and_commands(tmp_path):
   """What `pip install .` puts at the top of site-packages: estimator_tpu and its dist-info.
 
-  Built from a copy of the checkout, all but its venvs, git's store and build outputs:
-  setuptools writes build/ and the egg-info where it builds, and test_beam_package.py,
-  on another worker meanwhile, checks that the checkout has no build/.
+  Built from a copy of the checkout, all but what .gitignore leaves out (venvs, `make demo`'s
+  output, build outputs, caches) and git's store: setuptools writes build/ and the egg-info
+  where it builds, and test_beam_package.py, on another worker meanwhile, checks that the
+  checkout has no build/.
   """
   source = tmp_path / "checkout"
   shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-      ".venv*", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
+      ".venv*", ".git", "demo_output*", "build", "dist", "*.egg-info", "__pycache__",
+      ".*_cache"))
   wheels = tmp_path / "wheels"
   done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                          "--no-build-isolation", "--no-index", "--disable-pip-version-check",
