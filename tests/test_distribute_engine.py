@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+import contract_programs
 import numpy as np
 import programs
 import pytest
@@ -306,6 +307,28 @@ def test_a_train_op_that_does_not_step_is_an_error(tmp_path):
   built = _build(str(tmp_path), "distribute", model_fn=model_fn)
   with pytest.raises(ValueError, match="global step went from 0 to 0 in 2 training steps"):
     built.train(fixed_input_fn, max_steps=STEPS)
+
+
+@pytest.mark.parametrize("engine", [
+    "distribute",
+    pytest.param("jax", marks=pytest.mark.skipif(not contract_programs.HAS_JAX,
+                                                 reason=contract_programs.NO_JAX))])
+def test_a_fresh_run_builds_the_model_fn_once_per_step_function_and_once_in_tf1(tmp_path,
+                                                                                  engine):
+  # The step function that makes the variables, the graph twin (TF 1's graph: initial
+  # values, .meta, graph.pbtxt), the step function carrying the hooks' fetches. Made as
+  # tf.function makes variables first created in its trace, the variables cost the whole
+  # model_fn a second trace of the first step function ([True, True, False, True]).
+  built_in = []
+
+  def model_fn(features, labels, mode, params):
+    built_in.append((mode, tf.compat.v1.get_default_graph().building_function))
+    return model_fn_lib.model_fn(features, labels, mode, params)
+
+  built = _build(str(tmp_path), engine, model_fn=model_fn, strategy="one_device")
+  built.train(fixed_input_fn, max_steps=STEPS)
+  assert built_in == [("train", True), ("train", False), ("train", True)]
+  assert os.path.basename(tf.train.latest_checkpoint(str(tmp_path))) == f"model.ckpt-{STEPS}"
 
 
 def test_hosts_get_their_share_through_params_context():

@@ -10,7 +10,9 @@ the model_fn inside `VariableStore.scope()`:
 - a variable asked for the first time is created at once, outside the
   function (`tf.init_scope`), under the strategy's scope, as the strategy's
   distributed variable, and named as the estimator names it (the name scopes
-  the engine's own loop adds are left out);
+  the engine's own loop adds are left out); it is made unlifted
+  (`experimental_enable_variable_lifting=False`), so tf.function does not
+  count it as made by its first trace and trace the model_fn again for it;
 - a variable asked for again, in a later trace or another function, is the
   one made before: one set of variables serves training, evaluation and
   prediction, and a checkpoint of either engine restores into it by name;
@@ -411,9 +413,11 @@ class VariableStore:
     self._making.active = True
     try:
       # Out of the trace, through the creators of the strategy's scope, which
-      # the engine holds open around every trace.
+      # the engine holds open around every trace. Not lifted: made here, it is
+      # not one of the variables tf.function's first trace makes, for which
+      # tf.function would trace the whole model_fn a second time.
       with tf.init_scope():
-        variable = tf.Variable(**kwargs)
+        variable = tf.Variable(**kwargs, experimental_enable_variable_lifting=False)
     finally:
       self._making.active = False
     self.variables[key] = variable
