@@ -24,6 +24,7 @@ seconds once ÷ twice) and `ratio`, the same over the engines' CPU summed.
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -80,9 +81,8 @@ def fresh_train(args, work_dir, pattern, engine, side):
       "runtime", engine=engine, strategy="one_device").validate()
   estimator = _common.build_estimator(config)
   input_fn = _common.train_input_fn(config, pattern)
-  patch = (mock.patch.object(variables_lib, "tf", _LiftedTF()) if side == "twice"
-           else mock.patch.object(variables_lib, "tf", tf))
-  with patch:
+  with (mock.patch.object(variables_lib, "tf", _LiftedTF()) if side == "twice"
+        else contextlib.nullcontext()):
     wall, cpu = time.perf_counter(), time.process_time()
     estimator.train(input_fn, max_steps=args.steps)
     return {"wall_seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
